@@ -1,0 +1,5 @@
+"""`python -m fastcoord` is `fastcoord`."""
+
+from fastcoord.cli import main
+
+raise SystemExit(main())

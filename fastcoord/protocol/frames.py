@@ -1,0 +1,48 @@
+"""The protocol's front door: decode request frames and encode response frames.
+
+Heartbeat frames, the most frequent by far, go through the hot-frame codec (compiled, or
+its twin with FASTCOORD_NO_EXTENSIONS=1); every other API goes through the schema-driven
+codec in framing.py. Both give the same answers; only speed differs.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from fastcoord import _accel
+from fastcoord.protocol import framing
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.framing import FrameBytes, decode_response, encode_request
+from fastcoord.protocol.headers import RequestHeader
+from fastcoord.protocol.messages import HeartbeatResponse
+from fastcoord.protocol.schema import Request, Response
+
+__all__ = ["decode_request", "decode_response", "encode_request", "encode_response"]
+
+
+class HotFrames(Protocol):
+    """The interface that _ext/hot_frames.pyx and protocol/hot_frames.py share."""
+
+    def decode_heartbeat_request(self, frame: bytes) -> tuple[RequestHeader, Request]: ...
+
+    def encode_heartbeat_response(
+        self, correlation_id: int, api_version: int, response: HeartbeatResponse
+    ) -> bytes: ...
+
+
+hot: HotFrames = _accel.load("hot_frames", "fastcoord.protocol.hot_frames")  # type: ignore[assignment]
+_HEARTBEAT_PREFIX = ApiKey.HEARTBEAT.to_bytes(2, "big")
+
+
+def decode_request(frame: FrameBytes) -> tuple[RequestHeader, Request]:
+    """Decode one request frame (without its size prefix) into header and body."""
+    if type(frame) is bytes and frame[:2] == _HEARTBEAT_PREFIX:
+        return hot.decode_heartbeat_request(frame)
+    return framing.decode_request(frame)
+
+
+def encode_response(correlation_id: int, api_version: int, response: Response) -> bytes:
+    """Encode a response frame, size prefix and header included."""
+    if type(response) is HeartbeatResponse:
+        return hot.encode_heartbeat_response(correlation_id, api_version, response)
+    return framing.encode_response(correlation_id, api_version, response)
