@@ -29,9 +29,7 @@ DIRECTIVES: dict[str, object] = {
 macros: list[tuple[str, str | None]] = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 compile_args = ["-O3"]
 if DEBUG:
-    DIRECTIVES.update(
-        {"boundscheck": True, "wraparound": True, "linetrace": True, "binding": True}
-    )
+    DIRECTIVES.update({"boundscheck": True, "wraparound": True, "linetrace": True, "binding": True})
     macros += [("CYTHON_TRACE_NOGIL", "1"), ("FASTCOORD_DEBUG", "1")]
     compile_args = ["-O0", "-g"]
 else:

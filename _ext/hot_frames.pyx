@@ -21,7 +21,6 @@ Wire layouts (HeartbeatRequest.json, HeartbeatResponse.json, RequestHeader.json)
   HeartbeatResponse v4:   v3 + tagged fields
 """
 
-cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, uint8_t, uint32_t
@@ -47,73 +46,80 @@ class _Irregular(Exception):
     """Internal: the frame is not the common case; let the schema-driven codec answer."""
 
 
-@cython.final
-cdef class _Cursor:
-    cdef const uint8_t* p
-    cdef Py_ssize_t pos
-    cdef Py_ssize_t end
+cdef struct Cursor:
+    const uint8_t* p
+    Py_ssize_t pos
+    Py_ssize_t end
 
-    cdef inline int need(self, Py_ssize_t n) except -1:
-        if n > self.end - self.pos:
-            raise _Irregular()
-        return 0
 
-    cdef inline int32_t int32(self) except? -1:
-        self.need(4)
-        cdef const uint8_t* q = self.p + self.pos
-        self.pos += 4
-        return <int32_t>((<uint32_t>q[0] << 24) | (<uint32_t>q[1] << 16) | (<uint32_t>q[2] << 8) | q[3])
+cdef inline int need(Cursor* c, Py_ssize_t n) except -1:
+    if n > c.end - c.pos:
+        raise _Irregular()
+    return 0
 
-    cdef inline int16_t int16(self) except? -1:
-        self.need(2)
-        cdef const uint8_t* q = self.p + self.pos
-        self.pos += 2
-        return <int16_t>((q[0] << 8) | q[1])
 
-    cdef inline Py_ssize_t uvarint_small(self) except -1:
-        # Lengths and tag counts of a Heartbeat fit in two varint bytes (up to 16383);
-        # anything longer goes to the generic codec.
-        self.need(1)
-        cdef uint8_t b0 = self.p[self.pos]
-        if b0 < 0x80:
-            self.pos += 1
-            return b0
-        self.need(2)
-        cdef uint8_t b1 = self.p[self.pos + 1]
-        if b1 >= 0x80:
-            raise _Irregular()
-        self.pos += 2
-        return (b0 & 0x7F) | (<Py_ssize_t>b1 << 7)
+cdef inline int32_t read_int32(Cursor* c) except? -1:
+    need(c, 4)
+    cdef const uint8_t* q = c.p + c.pos
+    c.pos += 4
+    return <int32_t>((<uint32_t>q[0] << 24) | (<uint32_t>q[1] << 16) | (<uint32_t>q[2] << 8) | q[3])
 
-    cdef inline object utf8(self, Py_ssize_t n):
-        self.need(n)
-        cdef const char* s = <const char*>(self.p + self.pos)
-        self.pos += n
-        try:
-            return PyUnicode_DecodeUTF8(s, n, NULL)
-        except UnicodeDecodeError:
-            raise _Irregular()
 
-    cdef inline object string(self, bint nullable):
-        cdef Py_ssize_t n = self.int16()
-        if n == -1 and nullable:
-            return None
-        if n < 0:
-            raise _Irregular()
-        return self.utf8(n)
+cdef inline int16_t read_int16(Cursor* c) except? -1:
+    need(c, 2)
+    cdef const uint8_t* q = c.p + c.pos
+    c.pos += 2
+    return <int16_t>((q[0] << 8) | q[1])
 
-    cdef inline object compact_string(self, bint nullable):
-        cdef Py_ssize_t n = self.uvarint_small() - 1
-        if n == -1 and nullable:
-            return None
-        if n < 0 or n > INT16_MAX:
-            raise _Irregular()
-        return self.utf8(n)
 
-    cdef inline int no_tagged_fields(self) except -1:
-        if self.uvarint_small() != 0:
-            raise _Irregular()
-        return 0
+cdef inline Py_ssize_t read_uvarint_small(Cursor* c) except -1:
+    # Lengths and tag counts of a Heartbeat fit in two varint bytes (up to 16383);
+    # anything longer goes to the generic codec.
+    need(c, 1)
+    cdef uint8_t b0 = c.p[c.pos]
+    if b0 < 0x80:
+        c.pos += 1
+        return b0
+    need(c, 2)
+    cdef uint8_t b1 = c.p[c.pos + 1]
+    if b1 >= 0x80:
+        raise _Irregular()
+    c.pos += 2
+    return (b0 & 0x7F) | (<Py_ssize_t>b1 << 7)
+
+
+cdef inline object read_utf8(Cursor* c, Py_ssize_t n):
+    need(c, n)
+    cdef const char* s = <const char*>(c.p + c.pos)
+    c.pos += n
+    try:
+        return PyUnicode_DecodeUTF8(s, n, NULL)
+    except UnicodeDecodeError:
+        raise _Irregular()
+
+
+cdef inline object read_string(Cursor* c, bint nullable):
+    cdef Py_ssize_t n = read_int16(c)
+    if n == -1 and nullable:
+        return None
+    if n < 0:
+        raise _Irregular()
+    return read_utf8(c, n)
+
+
+cdef inline object read_compact_string(Cursor* c, bint nullable):
+    cdef Py_ssize_t n = read_uvarint_small(c) - 1
+    if n == -1 and nullable:
+        return None
+    if n < 0 or n > INT16_MAX:
+        raise _Irregular()
+    return read_utf8(c, n)
+
+
+cdef inline int expect_no_tagged_fields(Cursor* c) except -1:
+    if read_uvarint_small(c) != 0:
+        raise _Irregular()
+    return 0
 
 
 def decode_heartbeat_request(frame):
@@ -123,34 +129,35 @@ def decode_heartbeat_request(frame):
     """
     if type(frame) is not bytes:
         return _decode_generic(frame)
-    cdef _Cursor c = _Cursor.__new__(_Cursor)
-    c.p = <const uint8_t*>PyBytes_AS_STRING(frame)
-    c.pos = 0
-    c.end = PyBytes_GET_SIZE(frame)
+    cdef Cursor cur
+    cdef Cursor* c = &cur
+    cur.p = <const uint8_t*>PyBytes_AS_STRING(frame)
+    cur.pos = 0
+    cur.end = PyBytes_GET_SIZE(frame)
     cdef int16_t api_key, version
     cdef int32_t correlation_id, generation_id
     cdef bint flexible
     try:
-        api_key = c.int16()
-        version = c.int16()
-        correlation_id = c.int32()
+        api_key = read_int16(c)
+        version = read_int16(c)
+        correlation_id = read_int32(c)
         if api_key != HEARTBEAT or version < 0 or version > MAX_VERSION:
             raise _Irregular()
         flexible = version >= FIRST_FLEXIBLE
-        client_id = c.string(True)
+        client_id = read_string(c, True)
         if flexible:
-            c.no_tagged_fields()
-            group_id = c.compact_string(False)
-            generation_id = c.int32()
-            member_id = c.compact_string(False)
-            group_instance_id = c.compact_string(True)
-            c.no_tagged_fields()
+            expect_no_tagged_fields(c)
+            group_id = read_compact_string(c, False)
+            generation_id = read_int32(c)
+            member_id = read_compact_string(c, False)
+            group_instance_id = read_compact_string(c, True)
+            expect_no_tagged_fields(c)
         else:
-            group_id = c.string(False)
-            generation_id = c.int32()
-            member_id = c.string(False)
-            group_instance_id = c.string(True) if version >= 3 else None
-        if c.pos != c.end:
+            group_id = read_string(c, False)
+            generation_id = read_int32(c)
+            member_id = read_string(c, False)
+            group_instance_id = read_string(c, True) if version >= 3 else None
+        if cur.pos != cur.end:
             raise _Irregular()
     except _Irregular:
         return _decode_generic(frame)

@@ -18,7 +18,8 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"would listen on {args.host}:{args.port} with data under {args.data_dir}")
     print("served APIs:")
     for api in sorted(SERVED.values(), key=lambda a: a.key):
-        print(f"  {api.key.name:<18} key {int(api.key):>2}  versions {api.min_version}-{api.max_version}")
+        versions = f"{api.min_version}-{api.max_version}"
+        print(f"  {api.key.name:<18} key {int(api.key):>2}  versions {versions}")
     print("fastcoord serve: not yet: the network server is not built yet.", file=sys.stderr)
     return 2
 

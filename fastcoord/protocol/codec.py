@@ -57,7 +57,7 @@ _ENCODE_ERRORS = (AttributeError, TypeError, ValueError, OverflowError, struct.e
 class StructPlan:
     """A compiled codec for one struct at one version."""
 
-    __slots__ = ("cls", "min_size", "regular", "tagged_read", "tagged_write", "flexible")
+    __slots__ = ("cls", "flexible", "min_size", "regular", "tagged_read", "tagged_write")
 
     def __init__(self, cls: type[Struct], version: int, flexible: bool) -> None:
         self.cls = cls
@@ -69,7 +69,9 @@ class StructPlan:
         for spec in fields_of(cls):
             if not spec.exists_in(version):
                 continue
-            read, write, size = _field_codec(spec.type, spec.nullable_in(version), version, flexible)
+            read, write, size = _field_codec(
+                spec.type, spec.nullable_in(version), version, flexible
+            )
             if flexible and spec.tagged_in(version):
                 assert spec.v.tag is not None
                 self.tagged_read[spec.v.tag] = (spec.name, read)
@@ -112,9 +114,7 @@ class StructPlan:
                 continue
             name, read = field
             if size > r.remaining():
-                raise ProtocolError(f"tagged field of {size} bytes runs past the end").within(
-                    name
-                )
+                raise ProtocolError(f"tagged field of {size} bytes runs past the end").within(name)
             end, r.end = r.end, r.pos + size
             try:
                 values[name] = read(r)

@@ -30,7 +30,7 @@ class HotFrames(Protocol):
     ) -> bytes: ...
 
 
-hot: HotFrames = _accel.load("hot_frames", "fastcoord.protocol.hot_frames")  # type: ignore[assignment]
+hot: HotFrames = _accel.load("hot_frames", "fastcoord.protocol.hot_frames")
 _HEARTBEAT_PREFIX = ApiKey.HEARTBEAT.to_bytes(2, "big")
 
 

@@ -40,9 +40,7 @@ def decode_request(frame: FrameBytes) -> tuple[RequestHeader, Request]:
         raise exc.at("request header") from None
     api = SERVED.get(api_key)
     if api is None:
-        raise UnsupportedVersion(
-            f"unknown API key {api_key}", api_key, api_version, correlation_id
-        )
+        raise UnsupportedVersion(f"unknown API key {api_key}", api_key, api_version, correlation_id)
     name = api.request.__name__
     if not api.serves(api_version):
         raise UnsupportedVersion(

@@ -112,7 +112,8 @@ class Reader:
         try:
             return bytes(self.data[pos : pos + n]).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ProtocolError(f"string is not valid UTF-8 ({exc.reason} at byte {exc.start})")
+            reason = f"string is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+            raise ProtocolError(reason) from None
 
     def _blob(self, n: int) -> bytes:
         pos = self._take(n, "bytes")

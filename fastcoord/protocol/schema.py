@@ -118,7 +118,7 @@ class ArrayOf:
     item: TypeRef
 
 
-TypeRef = Union[Kind, ArrayOf, type[Struct]]
+TypeRef = Kind | ArrayOf | type[Struct]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,118 @@
+"""The compiled hot-frame codec against its pure-Python twin: same objects, bytes and errors.
+
+Runs whatever FASTCOORD_NO_EXTENSIONS says: both modules are imported directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastcoord._ext import hot_frames as compiled  # type: ignore[attr-defined]
+from fastcoord.protocol import frames, framing
+from fastcoord.protocol import hot_frames as twin
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.errors import ProtocolError
+from fastcoord.protocol.headers import RequestHeader
+from fastcoord.protocol.messages import HeartbeatRequest, HeartbeatResponse
+from tests.protocol.strategies import struct_strategy
+
+versions = st.integers(0, 4)
+int32s = st.integers(-(2**31), 2**31 - 1)
+
+
+def outcome(fn: Callable[..., Any], *args: Any) -> tuple[str, Any]:
+    """The result, or the error's type and text, so that two codecs can be compared."""
+    try:
+        return ("ok", fn(*args))
+    except ProtocolError as exc:
+        return (type(exc).__name__, str(exc))
+
+
+@st.composite
+def heartbeat_frames(draw: st.DrawFn) -> bytes:
+    version = draw(versions)
+    header = RequestHeader(
+        ApiKey.HEARTBEAT, version, draw(int32s), draw(st.one_of(st.none(), st.text(max_size=8)))
+    )
+    body = draw(struct_strategy(HeartbeatRequest, version))
+    return framing.encode_request(header, body)[4:]
+
+
+@st.composite
+def mutated_heartbeat_frames(draw: st.DrawFn) -> bytes:
+    frame = bytearray(draw(heartbeat_frames()))
+    for _ in range(draw(st.integers(1, 3))):
+        op = draw(st.sampled_from(["flip", "truncate", "insert", "delete"]))
+        i = draw(st.integers(0, max(len(frame) - 1, 0)))
+        if op == "flip" and frame:
+            frame[i] ^= 1 << draw(st.integers(0, 7))
+        elif op == "truncate":
+            del frame[i:]
+        elif op == "insert":
+            frame[i:i] = draw(st.binary(min_size=1, max_size=4))
+        elif op == "delete" and frame:
+            del frame[i]
+    return bytes(frame)
+
+
+@settings(max_examples=400)
+@given(heartbeat_frames())
+def test_valid_heartbeat_requests_decode_the_same(frame: bytes) -> None:
+    result = outcome(compiled.decode_heartbeat_request, frame)
+    assert result[0] == "ok"
+    assert result == outcome(twin.decode_heartbeat_request, frame)
+
+
+@settings(max_examples=1000)
+@given(st.one_of(mutated_heartbeat_frames(), st.binary(max_size=40)))
+def test_malformed_heartbeat_requests_fail_the_same(frame: bytes) -> None:
+    assert outcome(compiled.decode_heartbeat_request, frame) == outcome(
+        twin.decode_heartbeat_request, frame
+    )
+
+
+def test_tagged_fields_in_a_v4_frame_are_read_by_the_generic_path() -> None:
+    header = RequestHeader(ApiKey.HEARTBEAT, 4, 9, "c")
+    frame = framing.encode_request(header, HeartbeatRequest("g", 1, "m", None))[4:]
+    # Replace the body's empty tagged-field section with one unknown tag of 2 bytes.
+    tagged = frame[:-1] + b"\x01\x05\x02hi"
+    assert compiled.decode_heartbeat_request(tagged) == twin.decode_heartbeat_request(tagged)
+    assert compiled.decode_heartbeat_request(tagged)[1] == HeartbeatRequest("g", 1, "m", None)
+
+
+@settings(max_examples=400)
+@given(
+    st.integers(-(2**32), 2**32),
+    st.integers(-2, 6),
+    st.builds(
+        HeartbeatResponse,
+        throttle_time_ms=st.one_of(int32s, st.integers(-(2**40), 2**40)),
+        error_code=st.one_of(st.integers(-(2**15), 2**15 - 1), st.integers(-(2**20), 2**20)),
+    ),
+)
+def test_heartbeat_responses_encode_the_same(
+    correlation_id: int, version: int, response: HeartbeatResponse
+) -> None:
+    assert outcome(compiled.encode_heartbeat_response, correlation_id, version, response) == (
+        outcome(twin.encode_heartbeat_response, correlation_id, version, response)
+    )
+
+
+def test_heartbeat_response_layout_v4() -> None:
+    frame = compiled.encode_heartbeat_response(7, 4, HeartbeatResponse(5, 27))
+    # size, correlation id, header tags, throttle time, error code, body tags
+    assert frame == b"\0\0\0\x0c" + b"\0\0\0\x07" + b"\0" + b"\0\0\0\x05" + b"\0\x1b" + b"\0"
+
+
+def test_front_door_uses_the_selected_module_for_heartbeats() -> None:
+    frame = framing.encode_request(
+        RequestHeader(ApiKey.HEARTBEAT, 3, 1, "c"), HeartbeatRequest("g", 2, "m", "i")
+    )[4:]
+    assert frames.decode_request(frame) == twin.decode_heartbeat_request(frame)
+    assert frames.encode_response(1, 3, HeartbeatResponse()) == twin.encode_heartbeat_response(
+        1, 3, HeartbeatResponse()
+    )
