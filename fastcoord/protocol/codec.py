@@ -7,20 +7,25 @@ every struct with tagged fields (unknown tags are skipped; a tagged field is wri
 when it differs from its default). Errors are ProtocolErrors whose path names the field,
 e.g. "JoinGroupRequest v7: protocols[2].metadata: bytes needs 1000 bytes but 12 are left".
 
-This is also the pure-Python twin of the Cython hot-frame codec in _ext/hot_frames.pyx.
+Plans are interpreted by _ext/struct_codec.pyx, compiled, or by their own Python closures
+(protocol/struct_codec.py, the twin, with FASTCOORD_NO_EXTENSIONS=1).
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import struct
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
+from fastcoord import _accel
 from fastcoord.protocol.errors import ProtocolError
 from fastcoord.protocol.primitives import Reader, Writer
 from fastcoord.protocol.schema import ArrayOf, FieldSpec, Kind, Message, Struct, TypeRef, fields_of
 
+Buffer = bytes | bytearray | memoryview
 ReadFn = Callable[[Reader], Any]
 WriteFn = Callable[[Writer, Any], None]
 S = TypeVar("S", bound=Struct)
@@ -54,10 +59,80 @@ _BYTES: dict[tuple[bool, bool], tuple[ReadFn, WriteFn, int]] = {
 _ENCODE_ERRORS = (AttributeError, TypeError, ValueError, OverflowError, struct.error)
 
 
+class Op(enum.IntEnum):
+    """Wire operations of a compiled plan; _ext/struct_codec.pyx mirrors these numbers."""
+
+    INT8 = 1
+    INT16 = 2
+    UINT16 = 3
+    INT32 = 4
+    INT64 = 5
+    FLOAT64 = 6
+    BOOL = 7
+    UUID = 8
+    STRING = 9
+    NULLABLE_STRING = 10
+    COMPACT_STRING = 11
+    COMPACT_NULLABLE_STRING = 12
+    BYTES = 13
+    NULLABLE_BYTES = 14
+    COMPACT_BYTES = 15
+    COMPACT_NULLABLE_BYTES = 16
+    ARRAY = 17
+    STRUCT = 18
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """How one value is laid out: the plan as data, for the compiled interpreter."""
+
+    op: Op
+    nullable: bool = False  # arrays: may be null
+    compact: bool = False  # arrays: unsigned-varint length
+    min_item: int = 1  # arrays: smallest encoding of one element
+    item: Wire | None = None  # arrays: the element
+    plan: StructPlan | None = None  # structs
+
+
+_SCALAR_OPS = {
+    Kind.INT8: Op.INT8,
+    Kind.INT16: Op.INT16,
+    Kind.UINT16: Op.UINT16,
+    Kind.INT32: Op.INT32,
+    Kind.INT64: Op.INT64,
+    Kind.FLOAT64: Op.FLOAT64,
+    Kind.BOOL: Op.BOOL,
+    Kind.UUID: Op.UUID,
+}
+# (nullable, flexible) -> op
+_STRING_OPS = {
+    (False, False): Op.STRING,
+    (True, False): Op.NULLABLE_STRING,
+    (False, True): Op.COMPACT_STRING,
+    (True, True): Op.COMPACT_NULLABLE_STRING,
+}
+_BYTES_OPS = {
+    (False, False): Op.BYTES,
+    (True, False): Op.NULLABLE_BYTES,
+    (False, True): Op.COMPACT_BYTES,
+    (True, True): Op.COMPACT_NULLABLE_BYTES,
+}
+
+
 class StructPlan:
     """A compiled codec for one struct at one version."""
 
-    __slots__ = ("cls", "flexible", "min_size", "regular", "tagged_read", "tagged_write")
+    __slots__ = (
+        "cls",
+        "flexible",
+        "min_size",
+        "native",
+        "regular",
+        "regular_wire",
+        "tagged_read",
+        "tagged_wire",
+        "tagged_write",
+    )
 
     def __init__(self, cls: type[Struct], version: int, flexible: bool) -> None:
         self.cls = cls
@@ -65,21 +140,29 @@ class StructPlan:
         self.regular: list[tuple[str, ReadFn, WriteFn]] = []
         self.tagged_read: dict[int, tuple[str, ReadFn]] = {}
         self.tagged_write: list[tuple[int, str, WriteFn, FieldSpec]] = []
+        # The same plan as data, for _ext/struct_codec.pyx, which caches its own form in
+        # `native` on first use.
+        self.regular_wire: list[tuple[str, Wire]] = []
+        self.tagged_wire: list[tuple[int, str, Wire, FieldSpec]] = []
+        self.native: object = None
         self.min_size = 1 if flexible else 0  # the tagged-field count
         for spec in fields_of(cls):
             if not spec.exists_in(version):
                 continue
-            read, write, size = _field_codec(
+            read, write, size, wire = _field_codec(
                 spec.type, spec.nullable_in(version), version, flexible
             )
             if flexible and spec.tagged_in(version):
                 assert spec.v.tag is not None
                 self.tagged_read[spec.v.tag] = (spec.name, read)
                 self.tagged_write.append((spec.v.tag, spec.name, write, spec))
+                self.tagged_wire.append((spec.v.tag, spec.name, wire, spec))
             else:
                 self.regular.append((spec.name, read, write))
+                self.regular_wire.append((spec.name, wire))
                 self.min_size += size
         self.tagged_write.sort(key=lambda t: t[0])
+        self.tagged_wire.sort(key=lambda t: t[0])
 
     def read(self, r: Reader) -> Any:
         values: dict[str, Any] = {}
@@ -159,26 +242,27 @@ class StructPlan:
 
 def _field_codec(
     ref: TypeRef, nullable: bool, version: int, flexible: bool
-) -> tuple[ReadFn, WriteFn, int]:
+) -> tuple[ReadFn, WriteFn, int, Wire]:
     if isinstance(ref, Kind):
         if ref is Kind.STRING:
-            return _STRINGS[(nullable, flexible)]
+            return (*_STRINGS[(nullable, flexible)], Wire(_STRING_OPS[(nullable, flexible)]))
         if ref in (Kind.BYTES, Kind.RECORDS):
-            return _BYTES[(nullable, flexible)]
-        return _SCALARS[ref]
+            return (*_BYTES[(nullable, flexible)], Wire(_BYTES_OPS[(nullable, flexible)]))
+        return (*_SCALARS[ref], Wire(_SCALAR_OPS[ref]))
     if isinstance(ref, ArrayOf):
         return _array_codec(ref.item, nullable, version, flexible)
     if nullable:
         raise TypeError(f"nullable struct fields are not used by any served API ({ref})")
     plan = plan_for(ref, version, flexible)
-    return plan.read, plan.write, plan.min_size
+    return plan.read, plan.write, plan.min_size, Wire(Op.STRUCT, plan=plan)
 
 
 def _array_codec(
     item: TypeRef, nullable: bool, version: int, flexible: bool
-) -> tuple[ReadFn, WriteFn, int]:
-    read_item, write_item, item_size = _field_codec(item, False, version, flexible)
+) -> tuple[ReadFn, WriteFn, int, Wire]:
+    read_item, write_item, item_size, item_wire = _field_codec(item, False, version, flexible)
     min_item = max(item_size, 1)
+    wire = Wire(Op.ARRAY, nullable, flexible, min_item, item_wire)
 
     def read(r: Reader) -> list[Any] | None:
         n = r.array_length(flexible, min_item)
@@ -209,7 +293,7 @@ def _array_codec(
             except _ENCODE_ERRORS as exc:
                 raise ProtocolError(f"cannot encode {value!r}: {exc}").within(f"[{i}]") from None
 
-    return read, write, 1 if flexible else 4
+    return read, write, 1 if flexible else 4, wire
 
 
 @functools.cache
@@ -221,12 +305,23 @@ def is_flexible(cls: type[Message], version: int) -> bool:
     return cls.FLEXIBLE is not None and version >= cls.FLEXIBLE
 
 
-def read_message(cls: type[M], version: int, r: Reader) -> M:
-    """Decode one message body from the reader; the frame must end with it."""
+class BodyCodec(Protocol):
+    """The interface that _ext/struct_codec.pyx and protocol/struct_codec.py share."""
+
+    def decode_body(self, plan: StructPlan, data: Buffer, pos: int) -> Any: ...
+
+    def encode_body(self, plan: StructPlan, obj: Any) -> bytes: ...
+
+
+body_codec: BodyCodec = _accel.load("struct_codec", "fastcoord.protocol.struct_codec")
+
+
+def read_message(cls: type[M], version: int, data: Buffer, pos: int = 0) -> M:
+    """Decode one message body that starts at `pos` and ends the frame."""
     try:
-        msg: M = plan_for(cls, version, is_flexible(cls, version)).read(r)
-        if r.pos != r.end:
-            raise ProtocolError(f"{r.end - r.pos} bytes left over after the message")
+        msg: M = body_codec.decode_body(
+            plan_for(cls, version, is_flexible(cls, version)), data, pos
+        )
     except ProtocolError as exc:
         raise exc.at(f"{cls.__name__} v{version}") from None
     return msg
@@ -235,14 +330,14 @@ def read_message(cls: type[M], version: int, r: Reader) -> M:
 def write_message(w: Writer, msg: Message, version: int) -> None:
     cls = type(msg)
     try:
-        plan_for(cls, version, is_flexible(cls, version)).write(w, msg)
+        w.raw(body_codec.encode_body(plan_for(cls, version, is_flexible(cls, version)), msg))
     except ProtocolError as exc:
         raise exc.at(f"{cls.__name__} v{version}") from None
 
 
-def decode(cls: type[M], version: int, data: bytes | bytearray | memoryview) -> M:
+def decode(cls: type[M], version: int, data: Buffer) -> M:
     """Decode a message body (no header) of the given version."""
-    return read_message(cls, version, Reader(data))
+    return read_message(cls, version, data)
 
 
 def encode(msg: Message, version: int) -> bytes:

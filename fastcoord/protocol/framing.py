@@ -54,7 +54,7 @@ def decode_request(frame: FrameBytes) -> tuple[RequestHeader, Request]:
         client_id = read_request_header_rest(r, request_header_version(flexible))
     except ProtocolError as exc:
         raise exc.within("client_id").at(f"{name} v{api_version} header") from None
-    body = read_message(api.request, api_version, r)
+    body = read_message(api.request, api_version, r.data, r.pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id), body
 
 
@@ -95,4 +95,4 @@ def decode_response(api_key: int, api_version: int, frame: FrameBytes) -> tuple[
             skip_tagged_fields(r)
     except ProtocolError as exc:
         raise exc.at(f"{api.response.__name__} v{api_version} header") from None
-    return correlation_id, read_message(api.response, api_version, r)
+    return correlation_id, read_message(api.response, api_version, r.data, r.pos)

@@ -303,9 +303,9 @@ class Writer:
 
     def array_length(self, n: int | None, compact: bool) -> None:
         if compact:
-            self._uvarint(0 if n is None else n + 1)
+            self.unsigned_varint(0 if n is None else n + 1)
         else:
-            self.buf += _I32.pack(-1 if n is None else n)
+            self.buf += _pack(_I32, -1 if n is None else n, "array length")
 
     def raw(self, data: bytes | bytearray) -> None:
         self.buf += data
