@@ -10,6 +10,7 @@ whole frames with headers go between them as between a client and the coordinato
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 import warnings
@@ -268,8 +269,9 @@ def fastcoord_to_kafka_python(msg: Message, version: int) -> None:
     kp_obj = _kp_decode_body(cls, version, data)
     got = message_from_kp(cls, version, kp_obj)
     assert got == msg, difference(msg, got)
-    # Nothing was left unread and both omit the same tagged fields.
-    assert bytes(kp_obj.encode(version=version)) == data
+    # Nothing was left unread and both omit the same tagged fields. (The object knows its
+    # version; encode(version=...) would trip over the header slot that decode leaves unset.)
+    assert bytes(kp_obj.encode()) == data
 
 
 def kafka_python_to_fastcoord(msg: Message, version: int) -> None:
@@ -351,15 +353,18 @@ def test_edge_values(case: tuple[type[Message], int], mode: str, direction: Chec
     direction(msg, version)
 
 
-@pytest.mark.parametrize("direction", DIRECTIONS)
+# Built once per case: building the strategy costs about as much as drawing from it.
+_struct_strategy = functools.cache(struct_strategy)
+
+
 @pytest.mark.parametrize("case", CASES)
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_random_values(
-    case: tuple[type[Message], int], direction: Check, data: st.DataObject
-) -> None:
+def test_random_values(case: tuple[type[Message], int], data: st.DataObject) -> None:
     cls, version = case
-    direction(data.draw(struct_strategy(cls, version)), version)
+    msg = data.draw(_struct_strategy(cls, version))
+    fastcoord_to_kafka_python(msg, version)
+    kafka_python_to_fastcoord(msg, version)
 
 
 # --- whole frames -------------------------------------------------------------------------
@@ -434,7 +439,9 @@ def test_response_frame_from_kafka_python(case: tuple[type[Message], int], mode:
     msg = _response_edge(cls, version, mode)
     kp_obj = message_to_kp(msg, version)
     kp_obj.with_header(correlation_id=correlation_id)
-    frame = bytes(kp_obj.encode(version=version, header=True, framed=True))
+    # Without version=: setting it on a response with a header fails in kafka-python 3.0.12
+    # (it sets request_api_version on the ResponseHeader); the object has its version.
+    frame = bytes(kp_obj.encode(header=True, framed=True))
     assert _size_prefix_ok(frame)
     got_correlation_id, body = decode_response(cls.API_KEY, version, frame[4:])
     assert got_correlation_id == correlation_id
