@@ -271,7 +271,8 @@ def fastcoord_to_kafka_python(msg: Message, version: int) -> None:
     assert got == msg, difference(msg, got)
     # Nothing was left unread and both omit the same tagged fields. (The object knows its
     # version; encode(version=...) would trip over the header slot that decode leaves unset.)
-    assert bytes(kp_obj.encode()) == data
+    again = bytes(kp_obj.encode())
+    assert again == data, f"kafka-python re-encodes {_short(again)}, fastcoord sent {_short(data)}"
 
 
 def kafka_python_to_fastcoord(msg: Message, version: int) -> None:
@@ -449,14 +450,20 @@ def test_response_frame_from_kafka_python(case: tuple[type[Message], int], mode:
 
 
 @pytest.mark.parametrize("version", range(5))
-def test_api_versions_answer_reads_in_kafka_python(version: int) -> None:
-    """The coordinator's real ApiVersions answer, header v0 even in flexible versions, read as
-    kafka-python's client reads it."""
+def test_api_versions_answer_matches_kafka_python(version: int) -> None:
+    """The coordinator's real ApiVersions answer reads as kafka-python's client reads it, and
+    both write the same frame: response header v0 (no tagged fields) even in flexible versions.
+    """
     answer = api_versions_response()
     frame = encode_response(123, version, answer)
+    assert frame[4:8] == struct.pack(">i", 123)
+    assert frame[8:] == encode(answer, version)  # the body follows the correlation id
     kp_obj = kp_api_versions.ApiVersionsResponse.decode(frame[4:], version=version, header=True)
     assert kp_obj.header.correlation_id == 123
     assert kp_obj.error_code == 0
     served = sorted((a.key, a.min_version, a.max_version) for a in SERVED.values())
     assert [(k.api_key, k.min_version, k.max_version) for k in kp_obj.api_keys] == served
     assert message_from_kp(ApiVersionsResponse, version, kp_obj) == answer
+    kp_answer = message_to_kp(answer, version)
+    kp_answer.with_header(correlation_id=123)
+    assert bytes(kp_answer.encode(header=True, framed=True)) == frame

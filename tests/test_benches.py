@@ -1,0 +1,38 @@
+"""Every asv benchmark runs once, so that benches/ cannot rot between benchmark runs."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import pkgutil
+
+import pytest
+
+import benches
+
+BENCHMARK_CLASSES = [
+    cls
+    for info in pkgutil.iter_modules(benches.__path__)
+    if info.name.startswith("bench_")
+    for _, cls in inspect.getmembers(
+        importlib.import_module(f"benches.{info.name}"), inspect.isclass
+    )
+    if any(name.startswith("time_") for name in vars(cls))
+]
+
+
+def test_there_are_benchmarks() -> None:
+    assert BENCHMARK_CLASSES
+
+
+@pytest.mark.parametrize("cls", BENCHMARK_CLASSES, ids=lambda c: c.__name__)
+def test_benchmark_runs(cls: type) -> None:
+    params = getattr(cls, "params", ())
+    for combo in itertools.product(*params) if params else [()]:
+        bench = cls()
+        if hasattr(bench, "setup"):
+            bench.setup(*combo)
+        for name in sorted(vars(cls)):
+            if name.startswith("time_"):
+                getattr(bench, name)(*combo)
