@@ -21,9 +21,11 @@ Wire layouts (HeartbeatRequest.json, HeartbeatResponse.json, RequestHeader.json)
   HeartbeatResponse v4:   v3 + tagged fields
 """
 
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, uint8_t, uint32_t
+from libc.string cimport memcmp
 
 from fastcoord.protocol import framing
 from fastcoord.protocol.headers import RequestHeader
@@ -98,22 +100,54 @@ cdef inline object read_utf8(Cursor* c, Py_ssize_t n):
         raise _Irregular()
 
 
-cdef inline object read_string(Cursor* c, bint nullable):
+@cython.final
+cdef class _LastString:
+    """The last string decoded in one position of the frame, with its UTF-8 bytes.
+
+    Client id and group id repeat from one heartbeat to the next on a connection; comparing
+    bytes and returning the same str saves a decode and an allocation. Member ids differ
+    when many members share a connection, so they are not cached.
+    """
+
+    cdef bytes raw
+    cdef object text
+
+    cdef object decode(self, Cursor* c, Py_ssize_t n):
+        need(c, n)
+        cdef const char* s = <const char*>(c.p + c.pos)
+        if (
+            self.raw is not None
+            and PyBytes_GET_SIZE(self.raw) == n
+            and memcmp(PyBytes_AS_STRING(self.raw), s, n) == 0
+        ):
+            c.pos += n
+            return self.text
+        text = read_utf8(c, n)
+        self.raw = PyBytes_FromStringAndSize(s, n)
+        self.text = text
+        return text
+
+
+cdef _LastString _client_id = _LastString()
+cdef _LastString _group_id = _LastString()
+
+
+cdef inline object read_string(Cursor* c, bint nullable, _LastString last=None):
     cdef Py_ssize_t n = read_int16(c)
     if n == -1 and nullable:
         return None
     if n < 0:
         raise _Irregular()
-    return read_utf8(c, n)
+    return read_utf8(c, n) if last is None else last.decode(c, n)
 
 
-cdef inline object read_compact_string(Cursor* c, bint nullable):
+cdef inline object read_compact_string(Cursor* c, bint nullable, _LastString last=None):
     cdef Py_ssize_t n = read_uvarint_small(c) - 1
     if n == -1 and nullable:
         return None
     if n < 0 or n > INT16_MAX:
         raise _Irregular()
-    return read_utf8(c, n)
+    return read_utf8(c, n) if last is None else last.decode(c, n)
 
 
 cdef inline int expect_no_tagged_fields(Cursor* c) except -1:
@@ -144,16 +178,16 @@ def decode_heartbeat_request(frame):
         if api_key != HEARTBEAT or version < 0 or version > MAX_VERSION:
             raise _Irregular()
         flexible = version >= FIRST_FLEXIBLE
-        client_id = read_string(c, True)
+        client_id = read_string(c, True, _client_id)
         if flexible:
             expect_no_tagged_fields(c)
-            group_id = read_compact_string(c, False)
+            group_id = read_compact_string(c, False, _group_id)
             generation_id = read_int32(c)
             member_id = read_compact_string(c, False)
             group_instance_id = read_compact_string(c, True)
             expect_no_tagged_fields(c)
         else:
-            group_id = read_string(c, False)
+            group_id = read_string(c, False, _group_id)
             generation_id = read_int32(c)
             member_id = read_string(c, False)
             group_instance_id = read_string(c, True) if version >= 3 else None
@@ -210,6 +244,7 @@ def encode_heartbeat_response(correlation_id, api_version, response):
         size += 2  # tagged-field counts of the header and the body
     out = PyBytes_FromStringAndSize(NULL, size + 4)
     cdef char* q = PyBytes_AS_STRING(out)
+    cdef char* start = q
     _put32(q, <int32_t>size)
     _put32(q + 4, <int32_t>correlation_id)
     q += 8
@@ -223,4 +258,7 @@ def encode_heartbeat_response(correlation_id, api_version, response):
     q += 2
     if version >= FIRST_FLEXIBLE:
         q[0] = 0
+        q += 1
+    if FASTCOORD_DEBUG and q - start != size + 4:
+        raise AssertionError(f"Heartbeat v{version} response: wrote {q - start} of {size + 4} bytes")
     return out

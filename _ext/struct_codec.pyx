@@ -297,6 +297,8 @@ cdef object read_struct(NStruct s, Cursor* c):
             if c.pos != c.end:
                 raise _Irregular()
             c.end = end
+            if FASTCOORD_DEBUG and c.pos > c.end:
+                raise AssertionError("tagged field read past the end of its frame")
     return s.cls(**values)
 
 
@@ -345,6 +347,8 @@ cdef inline int put(Buf* b, const void* src, Py_ssize_t n) except -1:
     reserve(b, n)
     memcpy(b.data + b.len, src, n)
     b.len += n
+    if FASTCOORD_DEBUG and b.len > b.cap:
+        raise AssertionError(f"encode buffer overrun: {b.len} > {b.cap}")
     return 0
 
 
