@@ -327,6 +327,15 @@ cdef struct Buf:
     Py_ssize_t cap
 
 
+cdef int buf_init(Buf* b, Py_ssize_t cap) except -1:
+    b.data = <char*>PyMem_Malloc(cap)
+    if b.data == NULL:
+        raise MemoryError()
+    b.len = 0
+    b.cap = cap
+    return 0
+
+
 cdef int reserve(Buf* b, Py_ssize_t n) except -1:
     cdef Py_ssize_t cap
     cdef char* data
@@ -491,11 +500,7 @@ cdef int write_struct(NStruct s, object obj, Buf* b) except -1:
             present.append((f, value))
     put_uvarint(b, len(present))
     for f, value in present:
-        sub.data = <char*>PyMem_Malloc(64)
-        if sub.data == NULL:
-            raise MemoryError()
-        sub.len = 0
-        sub.cap = 64
+        buf_init(&sub, 64)
         try:
             write_field(f, value, &sub)
             put_uvarint(b, <uint64_t>f.tag)
@@ -509,11 +514,7 @@ cdef int write_struct(NStruct s, object obj, Buf* b) except -1:
 def encode_body(plan, obj):
     """Encode a struct's body."""
     cdef Buf b
-    b.data = <char*>PyMem_Malloc(256)
-    if b.data == NULL:
-        raise MemoryError()
-    b.len = 0
-    b.cap = 256
+    buf_init(&b, 256)
     try:
         try:
             write_struct(_native_struct(plan), obj, &b)
