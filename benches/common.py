@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 from fastcoord.protocol.messages import (
@@ -19,6 +20,15 @@ from fastcoord.protocol.messages import (
 )
 
 SEED = 20261121
+
+# tests/test_benches.py runs every benchmark once with FASTCOORD_BENCH_SMOKE=1: sizes shrink
+# so that the suite stays fast while the benchmark code itself is exercised.
+SMOKE = os.environ.get("FASTCOORD_BENCH_SMOKE", "") not in ("", "0")
+
+
+def scaled(n: int) -> int:
+    """A benchmark size: n itself, or n / 1000 (at least 10) in the smoke test."""
+    return max(10, n // 1000) if SMOKE else n
 
 
 def member_id(i: int) -> str:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import itertools
+import os
 import pkgutil
 
 import pytest
+
+os.environ["FASTCOORD_BENCH_SMOKE"] = "1"  # before the benchmark modules are imported
 
 import benches
 
