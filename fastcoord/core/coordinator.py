@@ -1,0 +1,252 @@
+"""The Coordinator: Kafka's GroupCoordinator, sans-IO, one instance per server.
+
+Requests come in with the server's opaque handle, the request version and `now_ms`; each
+call returns a Result. Time moves only through `advance(now_ms)`, which fires due timers
+(delayed joins, heartbeat expiry, pending members, sync timeouts, offset retention). Writes
+come back through `complete_append(token, error, now_ms)` once their records are durable
+(or failed), and only then are acknowledged and replayed into the durable state.
+
+Timers are keyed (Kafka's new coordinator's CoordinatorTimer): ("heartbeat", group, member),
+("pending", group, member), ("join", group), ("sync", group), ("retention",). Scheduling a
+key replaces its timer. A heartbeat does not touch the wheel: it moves the member's session
+deadline, and the member's timer, when it fires early, re-arms at that deadline.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from fastcoord.core import admin, membership, offsets
+from fastcoord.core.config import GroupConfig
+from fastcoord.core.group import Group
+from fastcoord.core.native import timing_wheel
+from fastcoord.core.records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    Record,
+)
+from fastcoord.core.result import Event, Handle, Result, TimerKey
+from fastcoord.core.state import DEAD, EMPTY, STABLE
+from fastcoord.protocol.errors import ErrorCode
+from fastcoord.protocol.messages import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListGroupsRequest,
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
+from fastcoord.protocol.schema import Request
+
+AppendCallback = Callable[[ErrorCode, int, Result], None]
+
+# APIs whose group id may be empty (Kafka's isValidGroupId): the others need a non-empty id.
+EMPTY_GROUP_ID_ALLOWED = (
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    DescribeGroupsRequest,
+    DeleteGroupsRequest,
+    OffsetDeleteRequest,
+)
+
+
+def default_member_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+class Coordinator:
+    def __init__(
+        self,
+        config: GroupConfig | None = None,
+        now_ms: int = 0,
+        new_member_id: Callable[[str], str] = default_member_id,
+        partition_for: Callable[[str, int], int] | None = None,
+    ) -> None:
+        from fastcoord.core.native import partition
+
+        self.config = config or GroupConfig()
+        self.groups: dict[str, Group] = {}
+        self.wheel = timing_wheel.TimingWheel(now_ms)
+        self.new_member_id = new_member_id
+        self.partition_for: Callable[[str, int], int] = partition_for or partition.partition_for
+        self.active = True
+        self.loading_partitions: set[int] = set()
+        self.owned_partitions: set[int] | None = None  # None: every partition
+        self._appends: dict[int, list[AppendCallback]] = {}
+        self._next_append = 1
+        self._result: Result | None = None
+        self.schedule(("retention",), now_ms + self.config.offsets_retention_check_interval_ms)
+
+    # -- entry points -------------------------------------------------------------------
+
+    def handle(
+        self,
+        handle: Handle,
+        request: Request,
+        version: int,
+        now_ms: int,
+        client_id: str = "",
+        client_host: str = "",
+    ) -> Result:
+        """Handle one group request; the response may come now or in a later Result."""
+        result = self._begin()
+        try:
+            handler = _HANDLERS[type(request)]
+            handler(self, handle, request, version, now_ms, client_id, client_host, result)
+        finally:
+            self._result = None
+        return result
+
+    def advance(self, now_ms: int) -> Result:
+        """Move time to now_ms and fire every due timer, in deadline order."""
+        result = self._begin()
+        try:
+            for key in self.wheel.advance(now_ms):
+                self._fire(key, now_ms, result)
+        finally:
+            self._result = None
+        return result
+
+    def next_deadline(self) -> int | None:
+        deadline: int | None = self.wheel.next_deadline()
+        return deadline
+
+    def complete_append(self, token: int, error: ErrorCode, now_ms: int) -> Result:
+        """The records of Result.append `token` are durable (error NONE) or failed."""
+        result = self._begin()
+        try:
+            for callback in self._appends.pop(token):
+                callback(error, now_ms, result)
+        finally:
+            self._result = None
+        return result
+
+    # -- for the handlers ----------------------------------------------------------------
+
+    def _begin(self) -> Result:
+        if self._result is not None:
+            raise RuntimeError("the coordinator is not re-entrant")
+        self._result = Result()
+        return self._result
+
+    def schedule(self, key: TimerKey, deadline_ms: int) -> None:
+        self.wheel.schedule(key, deadline_ms)
+        if self._result is not None:
+            self._result.timers.append((key, deadline_ms))
+
+    def cancel(self, key: TimerKey) -> None:
+        if self.wheel.cancel(key) and self._result is not None:
+            self._result.timers.append((key, None))
+
+    def append(self, result: Result, records: list[Record], callback: AppendCallback) -> None:
+        """Ask for records to be made durable; `callback` runs at complete_append."""
+        if result.append is None:
+            result.append = self._next_append
+            self._next_append += 1
+            self._appends[result.append] = []
+        result.records.extend(records)
+        self._appends[result.append].append(callback)
+
+    def event(self, result: Result, now_ms: int, kind: str, group: Group, **fields: Any) -> None:
+        result.events.append(Event(at_ms=now_ms, kind=kind, group_id=group.group_id, **fields))
+
+    def group_status_error(self, group_id: str, request: Request) -> ErrorCode | None:
+        """Kafka's validateGroupStatus: INVALID_GROUP_ID, then coordinator availability."""
+        if group_id is None or (group_id == "" and not isinstance(request, EMPTY_GROUP_ID_ALLOWED)):
+            return ErrorCode.INVALID_GROUP_ID
+        if not self.active:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        partition = self.partition_for(group_id, self.config.offsets_topic_num_partitions)
+        if partition in self.loading_partitions:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if self.owned_partitions is not None and partition not in self.owned_partitions:
+            return ErrorCode.NOT_COORDINATOR
+        return None
+
+    def get_or_create_group(self, group_id: str, now_ms: int) -> Group:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, now_ms)
+        return group
+
+    # -- timers --------------------------------------------------------------------------
+
+    def _fire(self, key: TimerKey, now_ms: int, result: Result) -> None:
+        kind = key[0]
+        if kind == "heartbeat":
+            membership.on_heartbeat_timer(self, key[1], key[2], now_ms, result)
+        elif kind == "pending":
+            membership.on_pending_member_timer(self, key[1], key[2], now_ms, result)
+        elif kind == "join":
+            membership.on_join_timer(self, key[1], now_ms, result)
+        elif kind == "sync":
+            membership.on_sync_timer(self, key[1], key[2], now_ms, result)
+        elif kind == "retention":
+            offsets.expire_offsets(self, now_ms, result)
+            self.schedule(key, now_ms + self.config.offsets_retention_check_interval_ms)
+        else:
+            raise AssertionError(f"unknown timer {key!r}")
+
+    # -- durable state -------------------------------------------------------------------
+
+    def replay(self, record: Record, now_ms: int, loading: bool = False) -> None:
+        """Apply one durable record: the only way offsets and group metadata change.
+
+        Used live (loading=False, when a write becomes durable) and at load (replaying the
+        log, loading=True).
+        """
+        key, value = record.key, record.value
+        if isinstance(key, OffsetCommitKey):
+            assert value is None or isinstance(value, OffsetCommitValue)
+            offsets.replay_offset(self, key, value, now_ms)
+        elif isinstance(key, GroupMetadataKey):
+            assert value is None or isinstance(value, GroupMetadataValue)
+            membership.replay_group(self, key.group, value, now_ms, loading)
+        else:
+            raise TypeError(f"unknown record key {key!r}")
+
+    def remove_group_if_dead(self, group: Group) -> None:
+        if group.is_(DEAD) and self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The durable view of every group, for tests that compare replay with live state."""
+        out: dict[str, Any] = {}
+        for group_id, group in sorted(self.groups.items()):
+            if group.is_(DEAD):
+                continue
+            stable = group.is_(STABLE) or group.is_(EMPTY)
+            out[group_id] = {
+                "state": str(group.state) if stable else "rebalancing",
+                "generation": group.generation_id,
+                "protocol_type": group.protocol_type,
+                "protocol": group.protocol_name,
+                "leader": group.leader_id,
+                "members": {
+                    m.member_id: (m.group_instance_id, m.assignment) for m in group.members.values()
+                },
+                "offsets": dict(sorted(group.offsets.items())),
+            }
+        return out
+
+
+_HANDLERS: dict[type[Request], Callable[..., None]] = {
+    JoinGroupRequest: membership.join_group,
+    SyncGroupRequest: membership.sync_group,
+    HeartbeatRequest: membership.heartbeat,
+    LeaveGroupRequest: membership.leave_group,
+    OffsetCommitRequest: offsets.offset_commit,
+    OffsetFetchRequest: offsets.offset_fetch,
+    OffsetDeleteRequest: offsets.offset_delete,
+    DescribeGroupsRequest: admin.describe_groups,
+    ListGroupsRequest: admin.list_groups,
+    DeleteGroupsRequest: admin.delete_groups,
+}
