@@ -11,8 +11,26 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from fastcoord.core import member_table as columns
 from fastcoord.core.records import MemberMetadataValue, OffsetCommitValue
-from fastcoord.core.state import EMPTY, GroupState, transition
+from fastcoord.core.state import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    GroupState,
+    transition,
+)
+
+# The member table's numbers for the states (fastcoord/core/member_table.py).
+STATE_NUMBERS = {
+    EMPTY: columns.STATE_EMPTY,
+    PREPARING_REBALANCE: columns.STATE_PREPARING_REBALANCE,
+    COMPLETING_REBALANCE: columns.STATE_COMPLETING_REBALANCE,
+    STABLE: columns.STATE_STABLE,
+    DEAD: columns.STATE_DEAD,
+}
 
 Handle = Any
 
@@ -22,27 +40,27 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 
 
 class Member:
-    """One member of a group (MemberMetadata)."""
+    """One member of a group (MemberMetadata). Its hot fields live in the member table."""
 
     __slots__ = (
+        "_awaiting_join",
+        "_awaiting_sync",
+        "_is_new",
         "assignment",
-        "awaiting_join",
         "awaiting_join_version",
-        "awaiting_sync",
         "client_host",
         "client_id",
         "group_instance_id",
-        "is_new",
         "member_id",
         "protocol_type",
         "protocols",
-        "rebalance_timeout_ms",
-        "session_deadline_ms",
-        "session_timeout_ms",
+        "slot",
+        "table",
     )
 
     def __init__(
         self,
+        group: Group,
         member_id: str,
         group_instance_id: str | None,
         client_id: str,
@@ -52,20 +70,72 @@ class Member:
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
     ) -> None:
+        self.table = group.table
+        self.slot: int = group.table.add_member(
+            group.slot, session_timeout_ms, rebalance_timeout_ms
+        )
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.client_id = client_id
         self.client_host = client_host
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.session_timeout_ms = session_timeout_ms
         self.protocol_type = protocol_type
         self.protocols = protocols  # (name, metadata), in the member's order of preference
         self.assignment = b""
-        self.awaiting_join: Handle | None = None  # the JoinGroup waiting for the rebalance
+        self._awaiting_join: Handle | None = None  # the JoinGroup waiting for the rebalance
         self.awaiting_join_version = 0
-        self.awaiting_sync: Handle | None = None  # the SyncGroup waiting for the assignment
-        self.is_new = False
-        self.session_deadline_ms = 0
+        self._awaiting_sync: Handle | None = None  # the SyncGroup waiting for the assignment
+        self._is_new = False
+
+    # The waiting requests and the new flag are mirrored as flags in the member table.
+
+    @property
+    def awaiting_join(self) -> Handle | None:
+        return self._awaiting_join
+
+    @awaiting_join.setter
+    def awaiting_join(self, handle: Handle | None) -> None:
+        self._awaiting_join = handle
+        self.table.set_flag(self.slot, columns.AWAITING_JOIN, handle is not None)
+
+    @property
+    def awaiting_sync(self) -> Handle | None:
+        return self._awaiting_sync
+
+    @awaiting_sync.setter
+    def awaiting_sync(self, handle: Handle | None) -> None:
+        self._awaiting_sync = handle
+        self.table.set_flag(self.slot, columns.AWAITING_SYNC, handle is not None)
+
+    @property
+    def is_new(self) -> bool:
+        return self._is_new
+
+    @is_new.setter
+    def is_new(self, new: bool) -> None:
+        self._is_new = new
+        self.table.set_flag(self.slot, columns.NEW, new)
+
+    @property
+    def session_deadline_ms(self) -> int:
+        deadline: int = self.table.deadline(self.slot)
+        return deadline
+
+    @session_deadline_ms.setter
+    def session_deadline_ms(self, value: int) -> None:
+        self.table.set_deadline(self.slot, value)
+
+    @property
+    def session_timeout_ms(self) -> int:
+        timeout: int = self.table.timeouts(self.slot)[0]
+        return timeout
+
+    @property
+    def rebalance_timeout_ms(self) -> int:
+        timeout: int = self.table.timeouts(self.slot)[1]
+        return timeout
+
+    def set_timeouts(self, session_timeout_ms: int, rebalance_timeout_ms: int) -> None:
+        self.table.set_timeouts(self.slot, session_timeout_ms, rebalance_timeout_ms)
 
     @property
     def is_static(self) -> bool:
@@ -89,15 +159,40 @@ class Member:
 
 
 class Group:
-    """One group (GroupMetadata)."""
+    """One group (GroupMetadata). State and generation are mirrored in the member table,
+    which answers heartbeats without touching this object."""
 
-    def __init__(self, group_id: str, now_ms: int, state: GroupState = EMPTY) -> None:
+    __slots__ = (
+        "_generation_id",
+        "_state",
+        "awaiting_join_count",
+        "group_id",
+        "initial_join",
+        "leader_id",
+        "members",
+        "new_member_added",
+        "offsets",
+        "pending_members",
+        "pending_sync_members",
+        "protocol_name",
+        "protocol_type",
+        "rebalance_started_ms",
+        "slot",
+        "state_timestamp_ms",
+        "static_members",
+        "supported_protocols",
+        "table",
+    )
+
+    def __init__(self, group_id: str, now_ms: int, table: Any, state: GroupState = EMPTY) -> None:
         self.group_id = group_id
-        self.state = state
+        self.table = table
+        self._state = state
+        self._generation_id = 0
+        self.slot: int = table.add_group(STATE_NUMBERS[state], 0)
         self.state_timestamp_ms = now_ms
         self.protocol_type: str | None = None
         self.protocol_name: str | None = None
-        self.generation_id = 0
         self.leader_id: str | None = None
         self.members: dict[str, Member] = {}  # in join order: the leader is the first
         self.pending_members: set[str] = set()  # KIP-394: given an id, not yet rejoined
@@ -110,6 +205,29 @@ class Group:
         self.initial_join: tuple[int, int] | None = None
         self.rebalance_started_ms = 0
         self.offsets: dict[tuple[str, int], OffsetCommitValue] = {}
+
+    @property
+    def state(self) -> GroupState:
+        return self._state
+
+    @state.setter
+    def state(self, state: GroupState) -> None:
+        self._state = state
+        self.table.set_group(self.slot, STATE_NUMBERS[state], self._generation_id)
+
+    @property
+    def generation_id(self) -> int:
+        return self._generation_id
+
+    @generation_id.setter
+    def generation_id(self, generation: int) -> None:
+        self._generation_id = generation
+        self.table.set_group(self.slot, STATE_NUMBERS[self._state], generation)
+
+    def release(self) -> None:
+        """Give the group's slot back; the group must have no members left."""
+        assert not self.members, self.group_id
+        self.table.remove_group(self.slot)
 
     # -- state -----------------------------------------------------------------------
 
@@ -135,6 +253,7 @@ class Group:
         if not self.members:
             self.protocol_type = member.protocol_type
         self.members[member.member_id] = member
+        self.table.bind(self.group_id, member.member_id, member.slot)
         if self.leader_id is None:
             self.leader_id = member.member_id
         if member.group_instance_id is not None:
@@ -146,6 +265,8 @@ class Group:
         member = self.members.pop(member_id, None)
         if member is None:
             return None
+        self.table.unbind(self.group_id, member_id)
+        self.table.remove_member(member.slot)
         self.supported_protocols.subtract(name for name, _ in member.protocols)
         self.supported_protocols += Counter()  # drop zero counts
         if member.awaiting_join is not None:
@@ -176,8 +297,7 @@ class Group:
         self.supported_protocols.update(name for name, _ in protocols)
         self.supported_protocols += Counter()
         member.protocols = protocols
-        member.rebalance_timeout_ms = rebalance_timeout_ms
-        member.session_timeout_ms = session_timeout_ms
+        member.set_timeouts(session_timeout_ms, rebalance_timeout_ms)
         self.set_awaiting_join(member, join, join_version)
 
     def has_all_members_joined(self) -> bool:
@@ -218,6 +338,8 @@ class Group:
         member = self.members[old_id]
         member.member_id = new_id
         self.members = {(new_id if mid == old_id else mid): m for mid, m in self.members.items()}
+        self.table.unbind(self.group_id, old_id)
+        self.table.bind(self.group_id, new_id, member.slot)
         self.static_members[instance_id] = new_id
         if self.leader_id == old_id:
             self.leader_id = new_id

@@ -335,6 +335,7 @@ def _add_member_and_rebalance(
 ) -> None:
     co, req, now_ms = join.co, join.req, join.now_ms
     member = Member(
+        group,
         member_id,
         instance_id,
         join.client_id,
@@ -732,33 +733,47 @@ def heartbeat(
     client_host: str,
     result: Result,
 ) -> None:
-    result.respond(handle, HeartbeatResponse(error_code=heartbeat_error(co, req, version, now_ms)))
+    error = co.heartbeat(
+        req.group_id, req.member_id, req.generation_id, req.group_instance_id, version, now_ms
+    )
+    result.respond(handle, HeartbeatResponse(error_code=error))
 
 
-def heartbeat_error(co: Coordinator, req: HeartbeatRequest, version: int, now_ms: int) -> int:
+_HEARTBEAT = HeartbeatRequest()
+
+
+def heartbeat_error(
+    co: Coordinator,
+    group_id: str,
+    member_id: str,
+    generation: int,
+    group_instance_id: str | None,
+    version: int,
+    now_ms: int,
+) -> int:
     """The checks in the seeds' order; a heartbeat that passes moves the session deadline."""
-    error = co.group_status_error(req.group_id, req)
+    error = co.group_status_error(group_id, _HEARTBEAT)
     if error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
         return ErrorCode.NONE  # the group is still loading: answer blindly, as Kafka does
     if error is not None:
         return error
-    group = co.groups.get(req.group_id)
+    group = co.groups.get(group_id)
     if group is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
     if group.is_(DEAD):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    instance_id = req.group_instance_id if version >= 3 else None
-    if group.is_static_member_fenced(instance_id, req.member_id):
+    instance_id = group_instance_id if version >= 3 else None
+    if group.is_static_member_fenced(instance_id, member_id):
         return ErrorCode.FENCED_INSTANCE_ID
-    member = group.members.get(req.member_id)
+    member = group.members.get(member_id)
     if group.is_(PREPARING_REBALANCE):
         # Members keep heartbeating while they rejoin; keep them alive.
-        if member is not None and req.generation_id == group.generation_id:
+        if member is not None and generation == group.generation_id:
             member.session_deadline_ms = now_ms + member.session_timeout_ms
         return ErrorCode.REBALANCE_IN_PROGRESS
     if group.is_(EMPTY) or member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
-    if req.generation_id != group.generation_id:
+    if generation != group.generation_id:
         return ErrorCode.ILLEGAL_GENERATION
     # Stable, or CompletingRebalance for the current generation (members may heartbeat
     # between their JoinGroup response and their SyncGroup).
@@ -789,7 +804,7 @@ def on_heartbeat_timer(
         # Heartbeats moved the deadline since the timer was armed.
         co.schedule(("heartbeat", group_id, member_id), member.session_deadline_ms)
         return
-    if not member.is_new and (member.awaiting_join is not None or member.awaiting_sync is not None):
+    if co.table.satisfied(member.slot):
         # Members waiting for a rebalance satisfy expected heartbeats (hasSatisfiedHeartbeat).
         schedule_session(co, group, member, now_ms)
         return
@@ -960,6 +975,7 @@ def replay_group(
                 group.generation_id, group.protocol_name, group.leader_id = 0, None, None
             else:
                 del co.groups[group_id]
+                group.release()
         return
     if not loading and group is not None:
         for m in value.members:
@@ -968,7 +984,7 @@ def replay_group(
                 member.assignment = m.assignment
         return
     if group is None:
-        group = co.groups[group_id] = Group(group_id, value.current_state_timestamp)
+        group = co.groups[group_id] = Group(group_id, value.current_state_timestamp, co.table)
     for member in list(group.members.values()):
         co.cancel(("heartbeat", group_id, member.member_id))
         group.remove(member.member_id)
@@ -979,6 +995,7 @@ def replay_group(
     group.state = STABLE if value.members else EMPTY
     for m in value.members:
         member = Member(
+            group,
             m.member_id,
             m.group_instance_id,
             m.client_id,

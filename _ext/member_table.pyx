@@ -1,0 +1,285 @@
+# cython: language_level=3
+"""The hot columns of every member and group, in C arrays: what a heartbeat touches.
+
+Twin: fastcoord/core/member_table.py (same interface, same answers; differential property
+tests in tests/core/test_member_table.py). The coordinator finds a member's slot with its
+two id lookups (group id, then member id) and calls `heartbeat(slot, generation, now_ms)`,
+which reads the group's state and generation and moves the member's session deadline
+without touching a Python object. Slots are reused after removal. Every slot that comes
+from Python is checked against the array bounds and the in-use flag before it is read.
+
+Layout (one entry per slot, arrays grown by doubling):
+  members: deadline int64 | session_timeout int32 | rebalance_timeout int32 |
+           group int32 | flags uint8 (awaiting join 1, awaiting sync 2, new 4) | in_use uint8;  free member slots: a stack of int32
+  groups:  state uint8 | generation int32 | in_use uint8;  free group slots: a stack
+"""
+
+cimport cython
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from libc.stdint cimport int32_t, int64_t, uint8_t
+
+cdef extern from "debug.h":
+    int FASTCOORD_DEBUG
+
+cdef enum:
+    STATE_EMPTY_ = 0
+    STATE_PREPARING_REBALANCE_ = 1
+    STATE_COMPLETING_REBALANCE_ = 2
+    STATE_STABLE_ = 3
+    STATE_DEAD_ = 4
+    FALLBACK_ = -1
+    NONE_ = 0
+    ILLEGAL_GENERATION_ = 22
+    REBALANCE_IN_PROGRESS_ = 27
+    INITIAL_CAPACITY = 64
+    AWAITING_JOIN_ = 1
+    AWAITING_SYNC_ = 2
+    NEW_ = 4
+
+STATE_EMPTY = STATE_EMPTY_
+STATE_PREPARING_REBALANCE = STATE_PREPARING_REBALANCE_
+STATE_COMPLETING_REBALANCE = STATE_COMPLETING_REBALANCE_
+STATE_STABLE = STATE_STABLE_
+STATE_DEAD = STATE_DEAD_
+FALLBACK = FALLBACK_
+NONE = NONE_
+ILLEGAL_GENERATION = ILLEGAL_GENERATION_
+REBALANCE_IN_PROGRESS = REBALANCE_IN_PROGRESS_
+AWAITING_JOIN = AWAITING_JOIN_
+AWAITING_SYNC = AWAITING_SYNC_
+NEW = NEW_
+
+
+cdef void* grow(void* data, Py_ssize_t count, size_t item) except NULL:
+    cdef void* out = PyMem_Realloc(data, count * item)
+    if out == NULL:
+        raise MemoryError()
+    return out
+
+
+@cython.final
+cdef class MemberTable:
+    cdef int64_t* _deadline
+    cdef int32_t* _session_timeout
+    cdef int32_t* _rebalance_timeout
+    cdef int32_t* _group
+    cdef uint8_t* _flags
+    cdef uint8_t* _in_use
+    cdef int32_t* _free
+    cdef Py_ssize_t _capacity
+    cdef Py_ssize_t _used  # slots ever handed out (high-water mark)
+    cdef Py_ssize_t _free_count
+    cdef Py_ssize_t _members
+
+    cdef uint8_t* _group_state
+    cdef int32_t* _group_generation
+    cdef uint8_t* _group_in_use
+    cdef int32_t* _group_free
+    cdef Py_ssize_t _group_capacity
+    cdef Py_ssize_t _group_used
+    cdef Py_ssize_t _group_free_count
+    cdef dict _index  # group id -> {member id -> slot}
+
+    def __cinit__(self):
+        self._index = {}
+        self._grow_members(INITIAL_CAPACITY)
+        self._grow_groups(INITIAL_CAPACITY)
+
+    def __dealloc__(self):
+        PyMem_Free(self._deadline)
+        PyMem_Free(self._session_timeout)
+        PyMem_Free(self._rebalance_timeout)
+        PyMem_Free(self._group)
+        PyMem_Free(self._flags)
+        PyMem_Free(self._in_use)
+        PyMem_Free(self._free)
+        PyMem_Free(self._group_state)
+        PyMem_Free(self._group_generation)
+        PyMem_Free(self._group_in_use)
+        PyMem_Free(self._group_free)
+
+    cdef int _grow_members(self, Py_ssize_t capacity) except -1:
+        self._deadline = <int64_t*>grow(self._deadline, capacity, sizeof(int64_t))
+        self._session_timeout = <int32_t*>grow(self._session_timeout, capacity, sizeof(int32_t))
+        self._rebalance_timeout = <int32_t*>grow(
+            self._rebalance_timeout, capacity, sizeof(int32_t)
+        )
+        self._group = <int32_t*>grow(self._group, capacity, sizeof(int32_t))
+        self._flags = <uint8_t*>grow(self._flags, capacity, sizeof(uint8_t))
+        self._in_use = <uint8_t*>grow(self._in_use, capacity, sizeof(uint8_t))
+        self._free = <int32_t*>grow(self._free, capacity, sizeof(int32_t))
+        self._capacity = capacity
+        return 0
+
+    cdef int _grow_groups(self, Py_ssize_t capacity) except -1:
+        self._group_state = <uint8_t*>grow(self._group_state, capacity, sizeof(uint8_t))
+        self._group_generation = <int32_t*>grow(self._group_generation, capacity, sizeof(int32_t))
+        self._group_in_use = <uint8_t*>grow(self._group_in_use, capacity, sizeof(uint8_t))
+        self._group_free = <int32_t*>grow(self._group_free, capacity, sizeof(int32_t))
+        self._group_capacity = capacity
+        return 0
+
+    def __len__(self):
+        return self._members
+
+    # -- groups ------------------------------------------------------------------------
+
+    cdef inline int _check_group(self, Py_ssize_t slot) except -1:
+        if slot < 0 or slot >= self._group_used or not self._group_in_use[slot]:
+            raise KeyError(f"no group in slot {slot}")
+        return 0
+
+    def add_group(self, int state, int32_t generation):
+        cdef Py_ssize_t slot
+        if self._group_free_count:
+            self._group_free_count -= 1
+            slot = self._group_free[self._group_free_count]
+        else:
+            if self._group_used == self._group_capacity:
+                self._grow_groups(self._group_capacity * 2)
+            slot = self._group_used
+            self._group_used += 1
+        self._group_state[slot] = <uint8_t>state
+        self._group_generation[slot] = generation
+        self._group_in_use[slot] = 1
+        return slot
+
+    def remove_group(self, Py_ssize_t slot):
+        self._check_group(slot)
+        self._group_in_use[slot] = 0
+        self._group_free[self._group_free_count] = <int32_t>slot
+        self._group_free_count += 1
+
+    def set_group(self, Py_ssize_t slot, int state, int32_t generation):
+        self._check_group(slot)
+        self._group_state[slot] = <uint8_t>state
+        self._group_generation[slot] = generation
+
+    def group_state(self, Py_ssize_t slot):
+        self._check_group(slot)
+        return self._group_state[slot]
+
+    def group_generation(self, Py_ssize_t slot):
+        self._check_group(slot)
+        return self._group_generation[slot]
+
+    # -- members -----------------------------------------------------------------------
+
+    cdef inline int _check_member(self, Py_ssize_t slot) except -1:
+        if slot < 0 or slot >= self._used or not self._in_use[slot]:
+            raise KeyError(f"no member in slot {slot}")
+        return 0
+
+    def add_member(self, Py_ssize_t group_slot, int32_t session_timeout_ms,
+                   int32_t rebalance_timeout_ms):
+        self._check_group(group_slot)
+        cdef Py_ssize_t slot
+        if self._free_count:
+            self._free_count -= 1
+            slot = self._free[self._free_count]
+        else:
+            if self._used == self._capacity:
+                self._grow_members(self._capacity * 2)
+            slot = self._used
+            self._used += 1
+        self._deadline[slot] = 0
+        self._session_timeout[slot] = session_timeout_ms
+        self._rebalance_timeout[slot] = rebalance_timeout_ms
+        self._group[slot] = <int32_t>group_slot
+        self._flags[slot] = 0
+        self._in_use[slot] = 1
+        self._members += 1
+        return slot
+
+    def remove_member(self, Py_ssize_t slot):
+        self._check_member(slot)
+        self._in_use[slot] = 0
+        # The free stack has room: it holds at most the number of slots handed out.
+        self._free[self._free_count] = <int32_t>slot
+        self._free_count += 1
+        self._members -= 1
+
+    def deadline(self, Py_ssize_t slot):
+        self._check_member(slot)
+        return self._deadline[slot]
+
+    def set_deadline(self, Py_ssize_t slot, int64_t deadline_ms):
+        self._check_member(slot)
+        self._deadline[slot] = deadline_ms
+
+    def timeouts(self, Py_ssize_t slot):
+        self._check_member(slot)
+        return self._session_timeout[slot], self._rebalance_timeout[slot]
+
+    def set_timeouts(self, Py_ssize_t slot, int32_t session_timeout_ms,
+                     int32_t rebalance_timeout_ms):
+        self._check_member(slot)
+        self._session_timeout[slot] = session_timeout_ms
+        self._rebalance_timeout[slot] = rebalance_timeout_ms
+
+    def flags(self, Py_ssize_t slot):
+        self._check_member(slot)
+        return self._flags[slot]
+
+    def set_flag(self, Py_ssize_t slot, int flag, bint on):
+        self._check_member(slot)
+        if on:
+            self._flags[slot] |= <uint8_t>flag
+        else:
+            self._flags[slot] &= <uint8_t>~flag
+
+    def satisfied(self, Py_ssize_t slot):
+        """Kafka's hasSatisfiedHeartbeat at session expiry (see the twin)."""
+        self._check_member(slot)
+        cdef uint8_t flags = self._flags[slot]
+        return not (flags & NEW_) and (flags & (AWAITING_JOIN_ | AWAITING_SYNC_)) != 0
+
+    def group_of(self, Py_ssize_t slot):
+        self._check_member(slot)
+        return self._group[slot]
+
+    def bind(self, str group_id, str member_id, Py_ssize_t slot):
+        """Make (group id, member id) find `slot` in heartbeat_id."""
+        self._check_member(slot)
+        members = self._index.get(group_id)
+        if members is None:
+            members = self._index[group_id] = {}
+        members[member_id] = slot
+
+    def unbind(self, str group_id, str member_id):
+        members = self._index.get(group_id)
+        if members is not None:
+            (<dict>members).pop(member_id, None)
+            if not members:
+                del self._index[group_id]
+
+    def heartbeat_id(self, str group_id, str member_id, int64_t generation, int64_t now_ms):
+        """heartbeat() for a member found by its ids (see the twin)."""
+        cdef object members = self._index.get(group_id)
+        if members is None:
+            return FALLBACK_
+        cdef object found = (<dict>members).get(member_id)
+        if found is None:
+            return FALLBACK_
+        return self._heartbeat(<Py_ssize_t>found, generation, now_ms)
+
+    def heartbeat(self, Py_ssize_t slot, int64_t generation, int64_t now_ms):
+        """A heartbeat of a known dynamic member: an error code, or FALLBACK (see the twin)."""
+        return self._heartbeat(slot, generation, now_ms)
+
+    cdef int _heartbeat(self, Py_ssize_t slot, int64_t generation, int64_t now_ms) except -2:
+        self._check_member(slot)
+        cdef int32_t group = self._group[slot]
+        if FASTCOORD_DEBUG and not self._group_in_use[group]:
+            raise AssertionError(f"member slot {slot} points at a free group slot {group}")
+        cdef uint8_t state = self._group_state[group]
+        if state == STATE_PREPARING_REBALANCE_:
+            if generation == self._group_generation[group]:
+                self._deadline[slot] = now_ms + self._session_timeout[slot]
+            return REBALANCE_IN_PROGRESS_
+        if state == STATE_STABLE_ or state == STATE_COMPLETING_REBALANCE_:
+            if generation != self._group_generation[group]:
+                return ILLEGAL_GENERATION_
+            self._deadline[slot] = now_ms + self._session_timeout[slot]
+            return NONE_
+        return FALLBACK_

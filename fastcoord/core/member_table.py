@@ -1,0 +1,202 @@
+"""Pure-Python twin of _ext/member_table.pyx: the hot columns of every member and group.
+
+The heartbeat is by far the most frequent request, so what it reads and writes lives in
+flat columns indexed by slot rather than on Python objects: per member its session deadline,
+session and rebalance timeouts, flags and group slot; per group its state and generation.
+Flags mark members awaiting a join or a sync, and new members. Slots are reused after removal. `heartbeat(slot, generation, now_ms)` answers the common
+cases (Stable, CompletingRebalance, PreparingRebalance) and returns FALLBACK for anything
+else, which the caller answers on the full path (fastcoord.core.membership.heartbeat_error).
+"""
+
+from __future__ import annotations
+
+# Group states as small integers, the same numbers in the compiled table.
+STATE_EMPTY = 0
+STATE_PREPARING_REBALANCE = 1
+STATE_COMPLETING_REBALANCE = 2
+STATE_STABLE = 3
+STATE_DEAD = 4
+
+# Member flags.
+AWAITING_JOIN = 1
+AWAITING_SYNC = 2
+NEW = 4
+
+FALLBACK = -1
+NONE = 0
+ILLEGAL_GENERATION = 22
+REBALANCE_IN_PROGRESS = 27
+
+
+class MemberTable:
+    def __init__(self) -> None:
+        self._deadline: list[int] = []
+        self._session_timeout: list[int] = []
+        self._rebalance_timeout: list[int] = []
+        self._group: list[int] = []
+        self._flags: list[int] = []
+        self._in_use: list[bool] = []
+        self._free: list[int] = []
+        self._group_state: list[int] = []
+        self._group_generation: list[int] = []
+        self._group_in_use: list[bool] = []
+        self._group_free: list[int] = []
+        self._members = 0
+        self._index: dict[str, dict[str, int]] = {}  # group id -> member id -> slot
+
+    def __len__(self) -> int:
+        return self._members
+
+    # -- groups ----------------------------------------------------------------------
+
+    def add_group(self, state: int, generation: int) -> int:
+        if self._group_free:
+            slot = self._group_free.pop()
+            self._group_state[slot] = state
+            self._group_generation[slot] = generation
+            self._group_in_use[slot] = True
+        else:
+            slot = len(self._group_state)
+            self._group_state.append(state)
+            self._group_generation.append(generation)
+            self._group_in_use.append(True)
+        return slot
+
+    def remove_group(self, slot: int) -> None:
+        self._check_group(slot)
+        self._group_in_use[slot] = False
+        self._group_free.append(slot)
+
+    def set_group(self, slot: int, state: int, generation: int) -> None:
+        self._check_group(slot)
+        self._group_state[slot] = state
+        self._group_generation[slot] = generation
+
+    def group_state(self, slot: int) -> int:
+        self._check_group(slot)
+        return self._group_state[slot]
+
+    def group_generation(self, slot: int) -> int:
+        self._check_group(slot)
+        return self._group_generation[slot]
+
+    def _check_group(self, slot: int) -> None:
+        if not (0 <= slot < len(self._group_in_use) and self._group_in_use[slot]):
+            raise KeyError(f"no group in slot {slot}")
+
+    # -- members ---------------------------------------------------------------------
+
+    def add_member(
+        self, group_slot: int, session_timeout_ms: int, rebalance_timeout_ms: int
+    ) -> int:
+        self._check_group(group_slot)
+        if self._free:
+            slot = self._free.pop()
+            self._deadline[slot] = 0
+            self._session_timeout[slot] = session_timeout_ms
+            self._rebalance_timeout[slot] = rebalance_timeout_ms
+            self._group[slot] = group_slot
+            self._flags[slot] = 0
+            self._in_use[slot] = True
+        else:
+            slot = len(self._deadline)
+            self._deadline.append(0)
+            self._session_timeout.append(session_timeout_ms)
+            self._rebalance_timeout.append(rebalance_timeout_ms)
+            self._group.append(group_slot)
+            self._flags.append(0)
+            self._in_use.append(True)
+        self._members += 1
+        return slot
+
+    def remove_member(self, slot: int) -> None:
+        self._check_member(slot)
+        self._in_use[slot] = False
+        self._free.append(slot)
+        self._members -= 1
+
+    def _check_member(self, slot: int) -> None:
+        if not (0 <= slot < len(self._in_use) and self._in_use[slot]):
+            raise KeyError(f"no member in slot {slot}")
+
+    def deadline(self, slot: int) -> int:
+        self._check_member(slot)
+        return self._deadline[slot]
+
+    def set_deadline(self, slot: int, deadline_ms: int) -> None:
+        self._check_member(slot)
+        self._deadline[slot] = deadline_ms
+
+    def timeouts(self, slot: int) -> tuple[int, int]:
+        self._check_member(slot)
+        return self._session_timeout[slot], self._rebalance_timeout[slot]
+
+    def set_timeouts(self, slot: int, session_timeout_ms: int, rebalance_timeout_ms: int) -> None:
+        self._check_member(slot)
+        self._session_timeout[slot] = session_timeout_ms
+        self._rebalance_timeout[slot] = rebalance_timeout_ms
+
+    def flags(self, slot: int) -> int:
+        self._check_member(slot)
+        return self._flags[slot]
+
+    def set_flag(self, slot: int, flag: int, on: bool) -> None:
+        self._check_member(slot)
+        if on:
+            self._flags[slot] |= flag
+        else:
+            self._flags[slot] &= ~flag
+
+    def satisfied(self, slot: int) -> bool:
+        """Kafka's hasSatisfiedHeartbeat at session expiry: a member waiting in a rebalance
+        is alive without heartbeats, unless it is new (it never finished a join)."""
+        flags = self.flags(slot)
+        return not flags & NEW and bool(flags & (AWAITING_JOIN | AWAITING_SYNC))
+
+    def group_of(self, slot: int) -> int:
+        self._check_member(slot)
+        return self._group[slot]
+
+    def bind(self, group_id: str, member_id: str, slot: int) -> None:
+        """Make (group id, member id) find `slot` in heartbeat_id."""
+        self._check_member(slot)
+        self._index.setdefault(group_id, {})[member_id] = slot
+
+    def unbind(self, group_id: str, member_id: str) -> None:
+        members = self._index.get(group_id)
+        if members is not None:
+            members.pop(member_id, None)
+            if not members:
+                del self._index[group_id]
+
+    def heartbeat_id(self, group_id: str, member_id: str, generation: int, now_ms: int) -> int:
+        """heartbeat() for a member found by its ids: the two id lookups, then the checks.
+        FALLBACK if the ids are not bound."""
+        members = self._index.get(group_id)
+        if members is None:
+            return FALLBACK
+        slot = members.get(member_id, -1)
+        if slot < 0:
+            return FALLBACK
+        return self.heartbeat(slot, generation, now_ms)
+
+    def heartbeat(self, slot: int, generation: int, now_ms: int) -> int:
+        """A heartbeat of a known dynamic member: an error code, or FALLBACK.
+
+        The order is heartbeat_error's: PreparingRebalance answers REBALANCE_IN_PROGRESS
+        (keeping a member of the current generation alive) before the generation check;
+        Stable and CompletingRebalance check the generation, then move the deadline.
+        """
+        self._check_member(slot)
+        group = self._group[slot]
+        state = self._group_state[group]
+        if state == STATE_PREPARING_REBALANCE:
+            if generation == self._group_generation[group]:
+                self._deadline[slot] = now_ms + self._session_timeout[slot]
+            return REBALANCE_IN_PROGRESS
+        if state == STATE_STABLE or state == STATE_COMPLETING_REBALANCE:
+            if generation != self._group_generation[group]:
+                return ILLEGAL_GENERATION
+            self._deadline[slot] = now_ms + self._session_timeout[slot]
+            return NONE
+        return FALLBACK
