@@ -2,10 +2,11 @@
 
 The heartbeat is by far the most frequent request, so what it reads and writes lives in
 flat columns indexed by slot rather than on Python objects: per member its session deadline,
-session and rebalance timeouts, flags and group slot; per group its state and generation.
-Flags mark members awaiting a join or a sync, and new members. Slots are reused after removal. `heartbeat(slot, generation, now_ms)` answers the common
-cases (Stable, CompletingRebalance, PreparingRebalance) and returns FALLBACK for anything
-else, which the caller answers on the full path (fastcoord.core.membership.heartbeat_error).
+session and rebalance timeouts, flags (awaiting a join or a sync, new) and group slot; per
+group its state and generation. Slots are reused after removal. The table also maps
+(group id, member id) to a slot, so `heartbeat_id` is the whole common path: it answers
+Stable, CompletingRebalance and PreparingRebalance, and returns FALLBACK for anything else,
+which the caller answers on the full path (fastcoord.core.membership.heartbeat_error).
 """
 
 from __future__ import annotations
@@ -194,7 +195,7 @@ class MemberTable:
             if generation == self._group_generation[group]:
                 self._deadline[slot] = now_ms + self._session_timeout[slot]
             return REBALANCE_IN_PROGRESS
-        if state == STATE_STABLE or state == STATE_COMPLETING_REBALANCE:
+        if state in (STATE_STABLE, STATE_COMPLETING_REBALANCE):
             if generation != self._group_generation[group]:
                 return ILLEGAL_GENERATION
             self._deadline[slot] = now_ms + self._session_timeout[slot]
