@@ -199,3 +199,12 @@ def test_describe_list_and_delete_groups() -> None:
     ]
     assert h.group("idle") is None
     assert fetched(h, "idle", {"t": [0]}) == {("t", 0): -1}
+
+
+def test_list_groups_type_filter() -> None:
+    h = Harness(FAST)
+    h.stable_group(1)
+    assert [
+        g.group_id for g in h.answer(h.send(ListGroupsRequest(types_filter=["Classic"]), 5)).groups
+    ] == ["g"]
+    assert h.answer(h.send(ListGroupsRequest(types_filter=["consumer"]), 5)).groups == []

@@ -232,3 +232,25 @@ def test_a_failed_store_of_the_assignment_answers_the_error_and_rebalances() -> 
     assert h.answer(leader_sync).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert h.answer(waiting).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert h.group().is_(PREPARING_REBALANCE)
+
+
+def test_when_the_leader_leaves_the_next_member_leads() -> None:
+    h = Harness(FAST)
+    leader, second, third = h.stable_group(3)
+    h.leave((leader, None))
+    j2, j3 = h.join(second), h.join(third)
+    response = h.answer(j2)
+    assert response.leader == second and h.answer(j3).leader == second
+    assert [m.member_id for m in response.members] == [second, third]
+
+
+def test_a_member_expiring_during_a_rebalance_completes_the_pending_join() -> None:
+    h = Harness(FAST)
+    leader, follower = h.stable_group(2, session_ms=10_000, rebalance_ms=60_000)
+    join = h.join(leader, session_ms=10_000, rebalance_ms=60_000)
+    h.sleep(9_999)
+    assert h.answer(join) is None
+    h.sleep(1)  # the follower neither rejoins nor heartbeats: it expires, the join completes
+    response = h.answer(join)
+    assert (response.generation_id, [m.member_id for m in response.members]) == (2, [leader])
+    assert [e.member_id for e in h.events if e.kind == "member_expired"] == [follower]
