@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from fastcoord.core.group import Group
 from fastcoord.core.records import GroupMetadataKey, OffsetCommitKey, Record
-from fastcoord.core.result import Handle, Result
+from fastcoord.core.result import Call, Result
 from fastcoord.core.state import DEAD, EMPTY, STABLE
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
@@ -37,16 +37,8 @@ NOT_REQUESTED = -(2**31)
 GROUP_TYPE = "classic"
 
 
-def describe_groups(
-    co: Coordinator,
-    handle: Handle,
-    req: DescribeGroupsRequest,
-    version: int,
-    now_ms: int,
-    client_id: str,
-    client_host: str,
-    result: Result,
-) -> None:
+def describe_groups(co: Coordinator, call: Call, req: DescribeGroupsRequest) -> None:
+    handle, result = call.handle, call.result
     operations = (
         GROUP_AUTHORIZED_OPERATIONS if req.include_authorized_operations else (NOT_REQUESTED)
     )
@@ -93,16 +85,8 @@ def _summary(group: Group, operations: int) -> DescribedGroup:
     )
 
 
-def list_groups(
-    co: Coordinator,
-    handle: Handle,
-    req: ListGroupsRequest,
-    version: int,
-    now_ms: int,
-    client_id: str,
-    client_host: str,
-    result: Result,
-) -> None:
+def list_groups(co: Coordinator, call: Call, req: ListGroupsRequest) -> None:
+    handle, version, result = call.handle, call.version, call.result
     if not co.active:
         result.respond(handle, ListGroupsResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE))
         return
@@ -124,16 +108,8 @@ def list_groups(
     result.respond(handle, ListGroupsResponse(error_code=error, groups=listed))
 
 
-def delete_groups(
-    co: Coordinator,
-    handle: Handle,
-    req: DeleteGroupsRequest,
-    version: int,
-    now_ms: int,
-    client_id: str,
-    client_host: str,
-    result: Result,
-) -> None:
+def delete_groups(co: Coordinator, call: Call, req: DeleteGroupsRequest) -> None:
+    handle, now_ms, result = call.handle, call.now_ms, call.result
     from fastcoord.core.offsets import storage_error
 
     errors: dict[str, ErrorCode] = {}

@@ -29,7 +29,7 @@ from fastcoord.core.records import (
     OffsetCommitValue,
     Record,
 )
-from fastcoord.core.result import Event, Handle, Result, TimerKey
+from fastcoord.core.result import Call, Event, Handle, Result, TimerKey
 from fastcoord.core.state import DEAD, EMPTY, STABLE
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
@@ -104,8 +104,8 @@ class Coordinator:
         """Handle one group request; the response may come now or in a later Result."""
         result = self._begin()
         try:
-            handler = _HANDLERS[type(request)]
-            handler(self, handle, request, version, now_ms, client_id, client_host, result)
+            call = Call(handle, version, now_ms, client_id, client_host, result)
+            _HANDLERS[type(request)](self, call, request)
         finally:
             self._result = None
         return result

@@ -25,7 +25,7 @@ from fastcoord.core.records import (
     MemberMetadataValue,
     Record,
 )
-from fastcoord.core.result import Handle, Result
+from fastcoord.core.result import Call, Result
 from fastcoord.core.state import (
     COMPLETING_REBALANCE,
     DEAD,
@@ -134,19 +134,11 @@ def validate_current_member(
 # -- JoinGroup ----------------------------------------------------------------------------
 
 
-def join_group(
-    co: Coordinator,
-    handle: Handle,
-    req: JoinGroupRequest,
-    version: int,
-    now_ms: int,
-    client_id: str,
-    client_host: str,
-    result: Result,
-) -> None:
+def join_group(co: Coordinator, call: Call, req: JoinGroupRequest) -> None:
+    version, now_ms, result = call.version, call.now_ms, call.result
     error = co.group_status_error(req.group_id, req)
     if error is not None:
-        result.respond(handle, join_response(version, error, req.member_id))
+        call.respond(join_response(version, error, req.member_id))
         return
     config = co.config
     if not (
@@ -154,25 +146,21 @@ def join_group(
         <= req.session_timeout_ms
         <= config.group_max_session_timeout_ms
     ):
-        result.respond(
-            handle, join_response(version, ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id)
-        )
+        call.respond(join_response(version, ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id))
         return
     is_unknown = req.member_id == ""
     group = co.groups.get(req.group_id)
     if group is None:
         if not is_unknown:
-            result.respond(
-                handle, join_response(version, ErrorCode.UNKNOWN_MEMBER_ID, req.member_id)
-            )
+            call.respond(join_response(version, ErrorCode.UNKNOWN_MEMBER_ID, req.member_id))
             return
         group = co.get_or_create_group(req.group_id, now_ms)
-    join = _Join(co, handle, req, version, now_ms, client_id, client_host, result)
+    join = _Join(co, call, req)
     if not _accept_joining_member(co, group, req.member_id):
         member = group.members.get(req.member_id)
         if member is not None:
             remove_member_and_update_group(co, group, member, now_ms, result, "group is full")
-        result.respond(handle, join_response(version, ErrorCode.GROUP_MAX_SIZE_REACHED))
+        call.respond(join_response(version, ErrorCode.GROUP_MAX_SIZE_REACHED))
     elif is_unknown:
         _new_member_join(join, group)
     else:
@@ -182,48 +170,22 @@ def join_group(
 
 
 class _Join:
-    """One JoinGroup in flight: the request and everything needed to answer it."""
+    """One JoinGroup in flight: the call, the request, and what is derived from it."""
 
-    __slots__ = (
-        "client_host",
-        "client_id",
-        "co",
-        "handle",
-        "now_ms",
-        "protocols",
-        "rebalance_timeout_ms",
-        "req",
-        "result",
-        "version",
-    )
+    __slots__ = ("call", "co", "protocols", "rebalance_timeout_ms", "req")
 
-    def __init__(
-        self,
-        co: Coordinator,
-        handle: Handle,
-        req: JoinGroupRequest,
-        version: int,
-        now_ms: int,
-        client_id: str,
-        client_host: str,
-        result: Result,
-    ) -> None:
+    def __init__(self, co: Coordinator, call: Call, req: JoinGroupRequest) -> None:
         self.co = co
-        self.handle = handle
+        self.call = call
         self.req = req
-        self.version = version
-        self.now_ms = now_ms
-        self.client_id = client_id
-        self.client_host = client_host
-        self.result = result
         self.protocols: Protocols = [(p.name, p.metadata) for p in req.protocols]
         # JoinGroup v0 has no rebalance timeout: the session timeout serves as both.
         self.rebalance_timeout_ms = (
-            req.rebalance_timeout_ms if version >= 1 else (req.session_timeout_ms)
+            req.rebalance_timeout_ms if call.version >= 1 else req.session_timeout_ms
         )
 
     def respond(self, error: ErrorCode, member_id: str = "") -> None:
-        self.result.respond(self.handle, join_response(self.version, error, member_id))
+        self.call.respond(join_response(self.call.version, error, member_id))
 
 
 def _accept_joining_member(co: Coordinator, group: Group, member_id: str) -> bool:
@@ -246,20 +208,22 @@ def _new_member_join(join: _Join, group: Group) -> None:
     if not group.supports_protocols(req.protocol_type, join.protocols):
         join.respond(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         return
-    instance_id = req.group_instance_id if join.version >= 5 else None
-    new_id = join.co.new_member_id(instance_id if instance_id is not None else join.client_id)
+    instance_id = req.group_instance_id if join.call.version >= 5 else None
+    new_id = join.co.new_member_id(instance_id if instance_id is not None else join.call.client_id)
     if instance_id is not None:
         old_id = group.current_static_member_id(instance_id)
         if old_id is None:
             _add_member_and_rebalance(join, group, new_id, instance_id)
         else:
             _update_static_member_and_rebalance(join, group, instance_id, old_id, new_id)
-    elif join.version >= 4:
+    elif join.call.version >= 4:
         # KIP-394: hand out a member id and wait for the member to come back with it; a
         # member that never does expires after its session timeout without holding the
         # rebalance open for longer.
         group.pending_members.add(new_id)
-        join.co.schedule(("pending", group.group_id, new_id), join.now_ms + req.session_timeout_ms)
+        join.co.schedule(
+            ("pending", group.group_id, new_id), join.call.now_ms + req.session_timeout_ms
+        )
         join.respond(ErrorCode.MEMBER_ID_REQUIRED, new_id)
     else:
         _add_member_and_rebalance(join, group, new_id, None)
@@ -268,7 +232,7 @@ def _new_member_join(join: _Join, group: Group) -> None:
 def _current_member_join(join: _Join, group: Group) -> None:
     req = join.req
     member_id = req.member_id
-    instance_id = req.group_instance_id if join.version >= 5 else None
+    instance_id = req.group_instance_id if join.call.version >= 5 else None
     if group.is_(DEAD):
         join.respond(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id)
         return
@@ -313,15 +277,16 @@ def _respond_current_generation(
     join: _Join, group: Group, member_id: str, with_members: bool
 ) -> None:
     members = member_list(group) if with_members and group.is_leader(member_id) else []
-    join.result.respond(
-        join.handle, join_response(join.version, ErrorCode.NONE, member_id, group, members)
+    join.call.result.respond(
+        join.call.handle,
+        join_response(join.call.version, ErrorCode.NONE, member_id, group, members),
     )
 
 
 def _supersede_waiting_join(join: _Join, group: Group, member: Member) -> None:
     if member.awaiting_join is not None:
         answer_join(
-            join.result,
+            join.call.result,
             group,
             member,
             join_response(
@@ -333,13 +298,13 @@ def _supersede_waiting_join(join: _Join, group: Group, member: Member) -> None:
 def _add_member_and_rebalance(
     join: _Join, group: Group, member_id: str, instance_id: str | None
 ) -> None:
-    co, req, now_ms = join.co, join.req, join.now_ms
+    co, req, now_ms = join.co, join.req, join.call.now_ms
     member = Member(
         group,
         member_id,
         instance_id,
-        join.client_id,
-        join.client_host,
+        join.call.client_id,
+        join.call.client_host,
         join.rebalance_timeout_ms,
         req.session_timeout_ms,
         req.protocol_type,
@@ -351,14 +316,19 @@ def _add_member_and_rebalance(
     if member_id in group.pending_members:
         group.pending_members.discard(member_id)
         co.cancel(("pending", group.group_id, member_id))
-    group.add(member, join.handle, join.version)
+    group.add(member, join.call.handle, join.call.version)
     # A new member cannot heartbeat before its first JoinGroup response, so its session
     # timeout does not apply yet; if it never completes the join it goes after 5 minutes.
     schedule_session(co, group, member, now_ms, NEW_MEMBER_JOIN_TIMEOUT_MS)
     co.event(
-        join.result, now_ms, "member_joined", group, member_id=member_id, members=len(group.members)
+        join.call.result,
+        now_ms,
+        "member_joined",
+        group,
+        member_id=member_id,
+        members=len(group.members),
     )
-    maybe_prepare_rebalance(co, group, now_ms, join.result, f"new member {member_id} joined")
+    maybe_prepare_rebalance(co, group, now_ms, join.call.result, f"new member {member_id} joined")
 
 
 def _update_member_and_rebalance(join: _Join, group: Group, member: Member, reason: str) -> None:
@@ -368,16 +338,16 @@ def _update_member_and_rebalance(join: _Join, group: Group, member: Member, reas
         join.protocols,
         join.rebalance_timeout_ms,
         join.req.session_timeout_ms,
-        join.handle,
-        join.version,
+        join.call.handle,
+        join.call.version,
     )
-    maybe_prepare_rebalance(join.co, group, join.now_ms, join.result, reason)
+    maybe_prepare_rebalance(join.co, group, join.call.now_ms, join.call.result, reason)
 
 
 def _update_static_member_and_rebalance(
     join: _Join, group: Group, instance_id: str, old_id: str, new_id: str
 ) -> None:
-    co, result, now_ms = join.co, join.result, join.now_ms
+    co, result, now_ms = join.co, join.call.result, join.call.now_ms
     current_leader = group.leader_id
     member = group.get(old_id)
     # Fence the old incarnation at once if it is waiting for an answer.
@@ -397,8 +367,8 @@ def _update_static_member_and_rebalance(
         join.protocols,
         join.rebalance_timeout_ms,
         join.req.session_timeout_ms,
-        join.handle,
-        join.version,
+        join.call.handle,
+        join.call.version,
     )
     co.event(
         result,
@@ -416,7 +386,7 @@ def _update_static_member_and_rebalance(
             )
             return
         # Same protocol: no rebalance. Persist the new member id, then answer.
-        version = join.version
+        version = join.call.version
         generation = group.generation_id
 
         def stored(error: ErrorCode, now_ms: int, result: Result) -> None:
@@ -596,16 +566,8 @@ def _ignore_store_error(error: ErrorCode, now_ms: int, result: Result) -> None:
 # -- SyncGroup ----------------------------------------------------------------------------
 
 
-def sync_group(
-    co: Coordinator,
-    handle: Handle,
-    req: SyncGroupRequest,
-    version: int,
-    now_ms: int,
-    client_id: str,
-    client_host: str,
-    result: Result,
-) -> None:
+def sync_group(co: Coordinator, call: Call, req: SyncGroupRequest) -> None:
+    handle, version, now_ms, result = call.handle, call.version, call.now_ms, call.result
     error = co.group_status_error(req.group_id, req)
     if error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
         # The rebalance's state is lost with the load: make the member rejoin.
@@ -723,16 +685,8 @@ def on_sync_timer(
 # -- Heartbeat ----------------------------------------------------------------------------
 
 
-def heartbeat(
-    co: Coordinator,
-    handle: Handle,
-    req: HeartbeatRequest,
-    version: int,
-    now_ms: int,
-    client_id: str,
-    client_host: str,
-    result: Result,
-) -> None:
+def heartbeat(co: Coordinator, call: Call, req: HeartbeatRequest) -> None:
+    handle, version, now_ms, result = call.handle, call.version, call.now_ms, call.result
     error = co.heartbeat(
         req.group_id, req.member_id, req.generation_id, req.group_instance_id, version, now_ms
     )
@@ -853,16 +807,8 @@ def remove_member_and_update_group(
 # -- LeaveGroup ---------------------------------------------------------------------------
 
 
-def leave_group(
-    co: Coordinator,
-    handle: Handle,
-    req: LeaveGroupRequest,
-    version: int,
-    now_ms: int,
-    client_id: str,
-    client_host: str,
-    result: Result,
-) -> None:
+def leave_group(co: Coordinator, call: Call, req: LeaveGroupRequest) -> None:
+    handle, version, now_ms, result = call.handle, call.version, call.now_ms, call.result
     # v0-2 name one member; v3+ a batch, by member id or by group instance id.
     leaving = (
         [(m.member_id, m.group_instance_id) for m in req.members]

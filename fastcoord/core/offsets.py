@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from fastcoord.core.group import Group
 from fastcoord.core.membership import schedule_session, validate_current_member
 from fastcoord.core.records import OffsetCommitKey, OffsetCommitValue, Record
-from fastcoord.core.result import Handle, Result
+from fastcoord.core.result import Call, Handle, Result
 from fastcoord.core.state import COMPLETING_REBALANCE, DEAD, EMPTY
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
@@ -84,16 +84,8 @@ def _commit_response(
     )
 
 
-def offset_commit(
-    co: Coordinator,
-    handle: Handle,
-    req: OffsetCommitRequest,
-    version: int,
-    now_ms: int,
-    client_id: str,
-    client_host: str,
-    result: Result,
-) -> None:
+def offset_commit(co: Coordinator, call: Call, req: OffsetCommitRequest) -> None:
+    handle, version, now_ms, result = call.handle, call.version, call.now_ms, call.result
     partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
 
     def refuse(error: ErrorCode) -> None:
@@ -250,16 +242,8 @@ def _fetch(
     return ErrorCode.NONE, out
 
 
-def offset_fetch(
-    co: Coordinator,
-    handle: Handle,
-    req: OffsetFetchRequest,
-    version: int,
-    now_ms: int,
-    client_id: str,
-    client_host: str,
-    result: Result,
-) -> None:
+def offset_fetch(co: Coordinator, call: Call, req: OffsetFetchRequest) -> None:
+    handle, version, result = call.handle, call.version, call.result
     if version >= 8:
         groups = []
         for g in req.groups:
@@ -342,16 +326,9 @@ def parse_subscription_topics(metadata: bytes) -> list[str] | None:
         return None
 
 
-def offset_delete(
-    co: Coordinator,
-    handle: Handle,
-    req: OffsetDeleteRequest,
-    version: int,
-    now_ms: int,
-    client_id: str,
-    client_host: str,
-    result: Result,
-) -> None:
+def offset_delete(co: Coordinator, call: Call, req: OffsetDeleteRequest) -> None:
+    handle, result = call.handle, call.result
+
     def respond(result: Result, error: ErrorCode, errors: dict[TopicPartition, ErrorCode]) -> None:
         topics = (
             []

@@ -54,3 +54,19 @@ class Result:
         self.events.extend(other.events)
         if other.append is not None:
             raise ValueError("an append token cannot be merged into another Result")
+
+
+@dataclass(slots=True)
+class Call:
+    """One request being handled: who asked, at which version and time, and where its
+    answer and side effects go."""
+
+    handle: Handle
+    version: int
+    now_ms: int
+    client_id: str
+    client_host: str
+    result: Result
+
+    def respond(self, response: Message) -> None:
+        self.result.respond(self.handle, response)

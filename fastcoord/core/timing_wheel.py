@@ -21,6 +21,12 @@ org.apache.kafka.server.util.timer), keyed as the new group coordinator's Coordi
   bucket.flush(addTimerTaskEntry)). Only the timers that expire are sorted, by (deadline,
   schedule order).
 
+Example (tick 1 ms, 20 buckets, clock at 0): a timer at 45,000 goes to the 8 s wheel,
+bucket 45000 // 8000 % 20 = 5, expiration 40,000. Advancing to 40,000 flushes that bucket;
+the timer moves down to the 400 ms wheel, bucket 112 % 20 = 12, expiration 44,800; at
+44,800 to the 20 ms wheel, bucket 2250 % 20 = 10, expiration 45,000; at 45,000 it expires.
+next_deadline() says 40,000, then 44,800, then 45,000.
+
 Where it differs from Kafka (visible only through the interface's guarantees):
 
 * advance(now) expires exactly the timers with deadline <= now and returns their keys;
@@ -196,7 +202,8 @@ class TimingWheel:
         """A time never later than the earliest armed deadline at which advance() progresses.
 
         advance(next_deadline()) expires timers or moves timers down from an overflow wheel;
-        None when no timer is armed.
+        None when no timer is armed. (With tick_ms > 1, a cancel can leave a first-wheel
+        bucket's expiration early: advance() to it then only recomputes it.)
         """
         if self._due.timers:
             return self._due_min
