@@ -47,7 +47,7 @@ import heapq
 import operator
 from collections.abc import Hashable
 
-__all__ = ["MAX_WHEEL_SIZE", "TimingWheel"]
+__all__ = ["TimingWheel"]
 
 MAX_WHEEL_SIZE = 65536
 _OFFSET_LIMIT = 1 << 64  # offsets from start_ms are below this (uint64 in the compiled code)

@@ -86,6 +86,17 @@ def test_following_next_deadline_fires_exactly_at_the_deadline(impl: Any, delay:
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_a_timer_moves_down_the_wheels(impl: Any) -> None:
+    # The example of the modules' comments: 45 s away starts in the 8 s wheel.
+    wheel = impl.TimingWheel(0)
+    wheel.schedule("session", 45_000)
+    wakeups = []
+    while (t := wheel.next_deadline()) is not None:
+        wakeups.append((t, wheel.advance(t)))
+    assert wakeups == [(40_000, []), (44_800, []), (45_000, ["session"])]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_reschedule_replaces_the_timer(impl: Any) -> None:
     wheel = impl.TimingWheel(0)
     wheel.schedule("a", 10)
