@@ -1,4 +1,7 @@
-"""Instructions per Heartbeat v4 (request decode + response encode), a load-proof figure.
+"""Instructions per heartbeat, a load-proof figure: the codec's or the core's.
+
+Modes: `compiled` / `twin` time Heartbeat v4 request decode + response encode;
+`core-compiled` / `core-twin` time Coordinator.heartbeat over 10,000 loaded members.
 
 Shared machines change speed by 2x from one minute to the next; instruction counts do not.
 Run under callgrind twice with different iteration counts; the difference divided by the
@@ -6,7 +9,7 @@ difference in iterations is the cost of one heartbeat, start-up cancelled out:
 
     for n in 10000 110000; do
       valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.$n \\
-        .venv/bin/python benches/count_instructions.py $n compiled
+        .venv/bin/python -m benches.count_instructions $n compiled
     done
     # then: (Ir(110000) - Ir(10000)) / 100000, Ir from `callgrind_annotate /tmp/cg.N | head`
 """
@@ -23,8 +26,21 @@ from fastcoord.protocol.headers import RequestHeader
 from fastcoord.protocol.messages import HeartbeatRequest, HeartbeatResponse
 
 
+def core(n: int, impl: str) -> None:
+    from benches.bench_core import NOW, loaded
+
+    co, ids = loaded(impl, 100, 100)
+    beat = co.heartbeat
+    for i in range(n):
+        group_id, member = ids[(i * 7919) % len(ids)]
+        beat(group_id, member, 1, None, 4, NOW + 1000)
+
+
 def main() -> None:
     n = int(sys.argv[1])
+    if sys.argv[2].startswith("core-"):
+        core(n, sys.argv[2][5:])
+        return
     codec = compiled if sys.argv[2] == "compiled" else twin
     frame = framing.encode_request(
         RequestHeader(ApiKey.HEARTBEAT, 4, 123456, "rdkafka"),
