@@ -4,24 +4,61 @@ from __future__ import annotations
 
 import argparse
 import sys
+import typing
 from collections.abc import Sequence
+from typing import Any
 
 from fastcoord import __version__
 
 
 def _serve(args: argparse.Namespace) -> int:
-    # The Trio server arrives with the server issue; until then say so plainly, and show
-    # what it would serve with so that the README's serve command does something honest.
-    from fastcoord.protocol.versions import SERVED
+    from fastcoord import config
+    from fastcoord.server.app import run
 
-    print(f"fastcoord {__version__}")
-    print(f"would listen on {args.host}:{args.port} with data under {args.data_dir}")
-    print("served APIs:")
-    for api in sorted(SERVED.values(), key=lambda a: a.key):
-        versions = f"{api.min_version}-{api.max_version}"
-        print(f"  {api.key.name:<18} key {int(api.key):>2}  versions {versions}")
-    print("fastcoord serve: not yet: the network server is not built yet.", file=sys.stderr)
-    return 2
+    overrides: dict[str, Any] = {}
+    for attr, name, _, _ in config.fields():
+        value = getattr(args, attr, None)
+        if value is not None:
+            overrides[name] = value
+    try:
+        cfg = config.load(args.config, overrides)
+    except config.ConfigError as exc:
+        print(f"fastcoord serve: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(config.to_toml(cfg), end="")
+        return 0
+    return run(cfg)
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes", "on"):
+        return True
+    if text.lower() in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    from fastcoord import config
+
+    hints = typing.get_type_hints(config.ServerConfig)
+    for attr, name, _, default in config.fields():
+        flag = "--" + name.replace(".", "-")
+        tp = hints[attr]
+        if attr == "topics":
+            parser.add_argument(
+                "--topic",
+                dest="topics",
+                action="append",
+                metavar="NAME:PARTITIONS",
+                help="declare a topic (repeatable); others are created on first request",
+            )
+            continue
+        convert: Any = _bool if tp is bool else int if tp is int else str
+        parser.add_argument(
+            flag, dest=attr, type=convert, default=None, help=f"{name} (default {default!r})"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,10 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"fastcoord {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    serve = sub.add_parser("serve", help="run the coordinator (Kafka's defaults)")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=int, default=9092, help="port (0 picks a free one)")
-    serve.add_argument("--data-dir", default="./fastcoord-data", help="where data is kept")
+    serve = sub.add_parser(
+        "serve",
+        help="run the coordinator (Kafka's defaults)",
+        description="Run the coordinator. Every setting has Kafka's name and default; give "
+        "it as a flag (its name with dashes) or in a TOML file (its name as the key).",
+    )
+    serve.add_argument("--config", metavar="FILE.toml", help="settings file (Kafka names)")
+    serve.add_argument(
+        "--print-config", action="store_true", help="print the effective configuration and exit"
+    )
+    _add_setting_flags(serve)
     serve.set_defaults(func=_serve)
     return parser
 

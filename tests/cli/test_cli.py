@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,9 +40,22 @@ def test_version_and_help(how: str) -> None:
     assert "serve" in help_.stdout
 
 
-def test_serve_says_not_yet_and_shows_its_configuration() -> None:
-    result = run(fastcoord_script(), "serve")
-    assert result.returncode == 2
-    assert "not yet" in result.stderr
-    assert "127.0.0.1:9092" in result.stdout
-    assert "HEARTBEAT" in result.stdout and "versions 0-4" in result.stdout
+def test_serve_listens_says_where_and_stops_on_sigterm(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [fastcoord_script(), "serve", "--port", "0", "--data-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert re.fullmatch(r"listening on 127\.0\.0\.1:\d+\n", line), line
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=30)
+        if process.stdout is not None:
+            process.stdout.close()

@@ -1,0 +1,1 @@
+"""The network server (Trio): listener, connections, clock task, dispatch to the core."""

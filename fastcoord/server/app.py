@@ -1,0 +1,232 @@
+"""`fastcoord serve`: the coordinator core and the broker answers, on Trio.
+
+One Trio thread owns the core. Connections hand decoded requests to `dispatch`; the core's
+Results come back as responses (to whichever connections wait for them), records, timer
+changes and events. A clock task sleeps until the earliest timer (the core's, or a Fetch
+waiting out its max_wait_ms) and advances time. Storage arrives with the durability issue:
+until then records are kept in memory and acknowledged at once, which the server says at
+start.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from typing import Any
+
+import trio
+
+from fastcoord.config import ServerConfig
+from fastcoord.core.coordinator import Coordinator
+from fastcoord.core.native import timing_wheel
+from fastcoord.core.result import Event, Result
+from fastcoord.protocol.errors import ErrorCode
+from fastcoord.protocol.headers import RequestHeader
+from fastcoord.protocol.messages import (
+    ApiVersionsRequest,
+    FetchRequest,
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    ListOffsetsRequest,
+    MetadataRequest,
+)
+from fastcoord.protocol.schema import Request
+from fastcoord.protocol.versions import api_versions_response
+from fastcoord.server.broker import Broker
+from fastcoord.server.connection import Connection, Slot
+
+log = logging.getLogger("fastcoord.server")
+events_log = logging.getLogger("fastcoord.events")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Server:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.coordinator = Coordinator(config.group_config(), now_ms())
+        self.broker = Broker(config, config.port)
+        self.fetches = timing_wheel.TimingWheel(now_ms())
+        self._waiting_fetches: dict[int, tuple[Slot, Any]] = {}
+        self._next_fetch = 0
+        self.connections = 0
+        self.records: list[Any] = []  # in memory until the durability issue
+        self._timers_changed = trio.Event()
+
+    # -- requests -------------------------------------------------------------------------
+
+    def dispatch(self, slot: Slot, header: RequestHeader, request: Request) -> None:
+        t = now_ms()
+        version = header.api_version
+        if isinstance(request, HeartbeatRequest):
+            slot.answer(
+                HeartbeatResponse(
+                    error_code=self.coordinator.heartbeat(
+                        request.group_id,
+                        request.member_id,
+                        request.generation_id,
+                        request.group_instance_id,
+                        version,
+                        t,
+                    )
+                )
+            )
+        elif isinstance(request, ApiVersionsRequest):
+            slot.answer(api_versions_response())
+        elif isinstance(request, MetadataRequest):
+            slot.answer(self.broker.metadata(request, version))
+        elif isinstance(request, FindCoordinatorRequest):
+            slot.answer(self.broker.find_coordinator(request, version))
+        elif isinstance(request, ListOffsetsRequest):
+            slot.answer(self.broker.list_offsets(request, version))
+        elif isinstance(request, FetchRequest):
+            self._fetch(slot, request, version, t)
+        else:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "%s %s v%d %r",
+                    slot.conn.peer,
+                    type(request).__name__,
+                    version,
+                    getattr(request, "member_id", ""),
+                )
+            self.apply(
+                self.coordinator.handle(
+                    slot, request, version, t, header.client_id or "", slot.conn.peer
+                )
+            )
+
+    def _fetch(self, slot: Slot, request: FetchRequest, version: int, t: int) -> None:
+        # Topics are empty: answer when max_wait_ms is up, through the timing wheel.
+        response = self.broker.fetch(request, version)
+        if request.max_wait_ms <= 0:
+            slot.answer(response)
+            return
+        self._next_fetch += 1
+        self._waiting_fetches[self._next_fetch] = (slot, response)
+        self.fetches.schedule(self._next_fetch, t + request.max_wait_ms)
+        self._timers_changed.set()
+
+    def apply(self, result: Result) -> None:
+        """Deliver a Result: responses, records (kept in memory for now), timers, events."""
+        for slot, response in result.responses:
+            slot.answer(response)
+        for event in result.events:
+            log_event(event)
+        if result.append is not None:
+            self.records.extend(result.records)
+            self.apply(self.coordinator.complete_append(result.append, ErrorCode.NONE, now_ms()))
+        if result.timers:
+            self._timers_changed.set()
+
+    # -- time -----------------------------------------------------------------------------
+
+    async def clock(self) -> None:
+        while True:
+            deadlines = [
+                d
+                for d in (self.coordinator.next_deadline(), self.fetches.next_deadline())
+                if d is not None
+            ]
+            self._timers_changed = trio.Event()
+            if deadlines:
+                delay = max(0.0, (min(deadlines) - now_ms()) / 1000)
+                with trio.move_on_after(delay):
+                    await self._timers_changed.wait()
+            else:
+                await self._timers_changed.wait()
+            t = now_ms()
+            self.apply(self.coordinator.advance(t))
+            for key in self.fetches.advance(t):
+                slot, response = self._waiting_fetches.pop(key)
+                slot.answer(response)
+
+    # -- connections ----------------------------------------------------------------------
+
+    async def handle_connection(self, stream: trio.SocketStream) -> None:
+        try:
+            host, port = stream.socket.getpeername()[:2]
+            peer = f"{host}:{port}"
+        except OSError:
+            peer = "unknown peer"
+        if self.connections >= self.config.max_connections:
+            log.warning(
+                "refusing connection from %s: max.connections (%d) reached",
+                peer,
+                self.config.max_connections,
+            )
+            await trio.aclose_forcefully(stream)
+            return
+        self.connections += 1
+        try:
+            await Connection(self, stream, peer).run()
+        except Exception:
+            # A bug met by one connection must not take the server down with it.
+            log.exception("connection from %s failed; closing it", peer)
+        finally:
+            self.connections -= 1
+
+
+def log_event(event: Event) -> None:
+    if event.kind == "rebalance_completed":
+        events_log.info(
+            "group %s: rebalance completed, generation %d, %d members, %d ms",
+            event.group_id,
+            event.generation,
+            event.members,
+            event.duration_ms,
+        )
+    elif event.kind == "rebalance_started":
+        events_log.info(
+            "group %s: rebalance started from generation %d (%s)",
+            event.group_id,
+            event.generation,
+            event.reason,
+        )
+    elif event.kind == "offsets_committed":
+        events_log.debug("group %s: %d offsets committed", event.group_id, event.members)
+    else:
+        events_log.info(
+            "group %s: %s %s%s",
+            event.group_id,
+            event.kind.replace("_", " "),
+            event.member_id,
+            f" ({event.reason})" if event.reason else "",
+        )
+
+
+async def serve(config: ServerConfig, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Listen and serve until cancelled, SIGINT or SIGTERM (then exit cleanly)."""
+    # Signals first: once the port is announced, a SIGTERM must stop us cleanly.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        listeners = await trio.open_tcp_listeners(config.port, host=config.host)
+        port = listeners[0].socket.getsockname()[1]
+        server = Server(config)
+        server.broker.port = port
+        print(f"listening on {config.host}:{port}", flush=True)
+        log.info("storage: in memory (durable storage arrives with the durability issue)")
+        task_status.started(port)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.clock)
+            nursery.start_soon(trio.serve_listeners, server.handle_connection, listeners)
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    log.info("received %s: stopping", signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+
+
+def run(config: ServerConfig) -> int:
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    trio.run(serve, config)
+    return 0

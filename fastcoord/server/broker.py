@@ -1,0 +1,199 @@
+"""The broker-side answers a consumer needs besides its group: who is where, and offsets.
+
+fastcoord is a one-node cluster whose topics are always empty: Metadata names this node as
+every partition's leader, FindCoordinator names it for every group, ListOffsets answers 0
+for both ends of every partition, and Fetch answers, after max_wait_ms, that there are no
+records. Sans-IO: these are functions of the configuration and the topic registry.
+
+A Fetch names the consumer's position as the high watermark, so that a consumer that
+resumes from a committed offset sees no lag and no OFFSET_OUT_OF_RANGE; its position stays
+where its group left it.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from fastcoord.config import ServerConfig
+from fastcoord.protocol.errors import ErrorCode
+from fastcoord.protocol.messages import (
+    Coordinator,
+    FetchableTopicResponse,
+    FetchRequest,
+    FetchResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+    PartitionData,
+)
+
+CLUSTER_ID = "fastcoord-cluster"
+MAX_TOPICS = 100_000  # topics created on request; a client cannot grow this without bound
+KEY_TYPE_GROUP = 0
+
+
+class Broker:
+    def __init__(self, config: ServerConfig, port: int) -> None:
+        self.config = config
+        self.host = config.advertised_host or config.host
+        self.port = port
+        self.node_id = config.node_id
+        self.topics: dict[str, int] = config.declared_topics()
+
+    # -- Metadata -----------------------------------------------------------------------
+
+    def topic_partitions(self, name: str, create: bool) -> int | None:
+        count = self.topics.get(name)
+        if count is None and create and len(self.topics) < MAX_TOPICS and _valid_topic(name):
+            count = self.topics[name] = self.config.default_partitions
+        return count
+
+    def metadata(self, req: MetadataRequest, version: int) -> MetadataResponse:
+        # v0: an empty list means every topic; v1+: null means every topic.
+        every = req.topics is None or (version == 0 and not req.topics)
+        names = sorted(self.topics) if every else [t.name or "" for t in req.topics or []]
+        create = version < 4 or req.allow_auto_topic_creation
+        topics = []
+        for name in names:
+            count = self.topic_partitions(name, create)
+            if count is None:
+                topics.append(
+                    MetadataResponseTopic(
+                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        name=name,
+                    )
+                )
+                continue
+            topics.append(
+                MetadataResponseTopic(
+                    error_code=ErrorCode.NONE,
+                    name=name,
+                    topic_id=topic_id(name),
+                    partitions=[
+                        MetadataResponsePartition(
+                            error_code=ErrorCode.NONE,
+                            partition_index=p,
+                            leader_id=self.node_id,
+                            leader_epoch=0,
+                            replica_nodes=[self.node_id],
+                            isr_nodes=[self.node_id],
+                        )
+                        for p in range(count)
+                    ],
+                )
+            )
+        return MetadataResponse(
+            brokers=[MetadataResponseBroker(self.node_id, self.host, self.port, None)],
+            cluster_id=CLUSTER_ID,
+            controller_id=self.node_id,
+            topics=topics,
+        )
+
+    # -- FindCoordinator ------------------------------------------------------------------
+
+    def find_coordinator(
+        self, req: FindCoordinatorRequest, version: int
+    ) -> FindCoordinatorResponse:
+        def error_for(key: str) -> ErrorCode:
+            if req.key_type != KEY_TYPE_GROUP:
+                return ErrorCode.INVALID_REQUEST  # no transaction coordinator here
+            return ErrorCode.NONE
+
+        if version < 4:
+            error = error_for(req.key)
+            ok = error == ErrorCode.NONE
+            return FindCoordinatorResponse(
+                error_code=error,
+                error_message=None,
+                node_id=self.node_id if ok else -1,
+                host=self.host if ok else "",
+                port=self.port if ok else -1,
+            )
+        coordinators = []
+        for key in req.coordinator_keys:
+            error = error_for(key)
+            ok = error == ErrorCode.NONE
+            coordinators.append(
+                Coordinator(
+                    key=key,
+                    node_id=self.node_id if ok else -1,
+                    host=self.host if ok else "",
+                    port=self.port if ok else -1,
+                    error_code=error,
+                    error_message=None,
+                )
+            )
+        return FindCoordinatorResponse(coordinators=coordinators)
+
+    # -- ListOffsets and Fetch ------------------------------------------------------------
+
+    def list_offsets(self, req: ListOffsetsRequest, version: int) -> ListOffsetsResponse:
+        topics = []
+        for t in req.topics:
+            count = self.topic_partitions(t.name, create=False)
+            topics.append(
+                ListOffsetsTopicResponse(
+                    t.name,
+                    [
+                        ListOffsetsPartitionResponse(
+                            partition_index=p.partition_index,
+                            error_code=(
+                                ErrorCode.NONE
+                                if count is not None and 0 <= p.partition_index < count
+                                else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                            ),
+                            timestamp=-1,
+                            offset=0,
+                            leader_epoch=0,
+                        )
+                        for p in t.partitions
+                    ],
+                )
+            )
+        return ListOffsetsResponse(topics=topics)
+
+    def fetch(self, req: FetchRequest, version: int) -> FetchResponse:
+        responses = []
+        for t in req.topics:
+            count = self.topic_partitions(t.topic, create=False)
+            partitions = []
+            for p in t.partitions:
+                known = count is not None and 0 <= p.partition < count
+                position = max(p.fetch_offset, 0)
+                partitions.append(
+                    PartitionData(
+                        partition_index=p.partition,
+                        error_code=ErrorCode.NONE
+                        if known
+                        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        high_watermark=position,
+                        last_stable_offset=position,
+                        log_start_offset=0,
+                        aborted_transactions=None,
+                        records=b"",
+                    )
+                )
+            responses.append(FetchableTopicResponse(t.topic, partitions))
+        return FetchResponse(error_code=ErrorCode.NONE, session_id=0, responses=responses)
+
+
+def topic_id(name: str) -> uuid.UUID:
+    """A stable topic id per name (Metadata v10+)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"fastcoord-topic:{name}")
+
+
+def _valid_topic(name: str) -> bool:
+    # Kafka's rule: 1-249 characters of [a-zA-Z0-9._-], not "." or "..".
+    return (
+        0 < len(name) <= 249
+        and name not in (".", "..")
+        and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
+    )

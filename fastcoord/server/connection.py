@@ -1,0 +1,202 @@
+"""One client connection: frames in, responses out in request order.
+
+Requests are decoded and handled as they arrive; each takes a slot in a queue, and the
+writer sends slots from the head as their responses are filled. A JoinGroup waiting for its
+rebalance holds only its own slot: the requests behind it are read and handled (many
+members may share one connection), and their responses wait their turn.
+
+Except the requests of the same member. Kafka mutes a connection while a JoinGroup or
+SyncGroup waits, so a member's next request (its heartbeat, say) is handled only after that
+answer; handled earlier, a heartbeat during the rebalance would carry a stale
+REBALANCE_IN_PROGRESS to a member whose join has just completed, and it would rejoin for
+ever. So a request of a member with a JoinGroup or SyncGroup unanswered on this connection
+waits, in order, until that answer. With one member per connection, as real clients have,
+this is exactly Kafka's muting; members sharing a connection do not wait for each other.
+
+When a client
+stops reading, the queue reaches connection.max.inflight.requests and reading stops until
+it drains. A malformed frame closes this connection, with a log line naming the peer and
+the reason; nothing else is affected.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections import deque
+from typing import TYPE_CHECKING
+
+import trio
+
+from fastcoord.protocol import frames
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersion
+from fastcoord.protocol.framing import encode_response
+from fastcoord.protocol.headers import RequestHeader
+from fastcoord.protocol.messages import JoinGroupRequest, SyncGroupRequest
+from fastcoord.protocol.schema import Request, Response
+from fastcoord.protocol.versions import api_versions_response
+
+if TYPE_CHECKING:
+    from fastcoord.server.app import Server
+
+log = logging.getLogger("fastcoord.server")
+_SIZE = struct.Struct(">i")
+READ_CHUNK = 65536
+
+
+class Slot:
+    """A request's place in its connection's response order; a handle for the core."""
+
+    __slots__ = ("api_key", "conn", "correlation_id", "data", "holds", "version")
+
+    def __init__(self, conn: Connection, header: RequestHeader | None) -> None:
+        self.conn = conn
+        self.data: bytes | None = None
+        self.holds: str | None = None  # the member whose later requests wait for this one
+        self.api_key = header.api_key if header else -1
+        self.version = header.api_version if header else 0
+        self.correlation_id = header.correlation_id if header else 0
+
+    def answer(self, response: Response) -> None:
+        self.conn.fill(self, frames.encode_response(self.correlation_id, self.version, response))
+
+
+class Connection:
+    def __init__(self, server: Server, stream: trio.SocketStream, peer: str) -> None:
+        self.server = server
+        self.stream = stream
+        self.peer = peer
+        self.slots: deque[Slot] = deque()
+        # member id -> requests of that member waiting for its JoinGroup or SyncGroup answer
+        self.held: dict[str, deque[tuple[Slot, RequestHeader, Request]]] = {}
+        self.closed = False
+        self._ready = trio.Event()  # the head slot may have data
+        self._drained = trio.Event()  # the queue has room again
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer)
+                await self._reader()
+                nursery.cancel_scope.cancel()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self.closed = True
+            await trio.aclose_forcefully(self.stream)
+
+    def fill(self, slot: Slot, data: bytes) -> None:
+        if self.closed:
+            return
+        slot.data = data
+        if self.slots and self.slots[0] is slot:
+            self._ready.set()
+        if slot.holds is not None:
+            self._release(slot.holds)
+
+    def _release(self, member_id: str) -> None:
+        """The member's JoinGroup or SyncGroup is answered: handle what it held back."""
+        waiting = self.held.pop(member_id, None)
+        while waiting:
+            slot, header, request = waiting.popleft()
+            self._dispatch(slot, header, request)
+            if member_id in self.held:  # that one waits too: keep the rest behind it
+                self.held[member_id].extend(waiting)
+                return
+
+    def _dispatch(self, slot: Slot, header: RequestHeader, request: Request) -> None:
+        member_id = getattr(request, "member_id", None)
+        if member_id is not None and member_id in self.held:
+            self.held[member_id].append((slot, header, request))
+            return
+        if member_id is not None and isinstance(request, (JoinGroupRequest, SyncGroupRequest)):
+            slot.holds = member_id
+            self.held[member_id] = deque()
+        self.server.dispatch(slot, header, request)
+        if slot.holds is not None and slot.data is not None and member_id in self.held:
+            # Answered at once: nothing needs to wait for it.
+            slot.holds = None
+            self._release(member_id)
+
+    def close(self, reason: str) -> None:
+        log.warning("closing connection from %s: %s", self.peer, reason)
+        self.closed = True
+
+    # -- reading ------------------------------------------------------------------------
+
+    async def _reader(self) -> None:
+        config = self.server.config
+        buf = bytearray()
+        max_size = config.socket_request_max_bytes
+        idle_s = config.connections_max_idle_ms / 1000
+        while not self.closed:
+            with trio.move_on_after(idle_s) as idle:
+                data = await self.stream.receive_some(READ_CHUNK)
+            if idle.cancelled_caught:
+                if self.slots:
+                    continue  # waiting for our own answers is not idleness
+                log.info("closing idle connection from %s", self.peer)
+                return
+            if not data:
+                return
+            buf += data
+            while len(buf) >= 4 and not self.closed:
+                (size,) = _SIZE.unpack_from(buf)
+                if size < 0 or size > max_size:
+                    self.close(f"frame of {size} bytes (socket.request.max.bytes is {max_size})")
+                    return
+                if len(buf) < 4 + size:
+                    break
+                frame = bytes(buf[4 : 4 + size])
+                del buf[: 4 + size]
+                while len(self.slots) >= config.connection_max_inflight_requests:
+                    # The client is not reading its answers: stop reading its requests.
+                    self._drained = trio.Event()
+                    await self._drained.wait()
+                self._handle(frame)
+
+    def _handle(self, frame: bytes) -> None:
+        try:
+            header, request = frames.decode_request(frame)
+        except UnsupportedVersion as exc:
+            if exc.api_key == ApiKey.API_VERSIONS:
+                # KIP-511: answer in v0 with our ranges so that the client can pick one.
+                slot = self._slot(None)
+                slot.correlation_id = exc.correlation_id
+                self.fill(
+                    slot,
+                    encode_response(
+                        exc.correlation_id, 0, api_versions_response(ErrorCode.UNSUPPORTED_VERSION)
+                    ),
+                )
+                return
+            self.close(str(exc))
+            return
+        except ProtocolError as exc:
+            self.close(f"malformed request: {exc}")
+            return
+        self._dispatch(self._slot(header), header, request)
+
+    def _slot(self, header: RequestHeader | None) -> Slot:
+        slot = Slot(self, header)
+        self.slots.append(slot)
+        return slot
+
+    # -- writing ------------------------------------------------------------------------
+
+    async def _writer(self) -> None:
+        inflight_max = self.server.config.connection_max_inflight_requests
+        while True:
+            while not (self.slots and self.slots[0].data is not None):
+                if self.closed and not self.slots:
+                    return
+                self._ready = trio.Event()
+                await self._ready.wait()
+            out = bytearray()
+            while self.slots and (data := self.slots[0].data) is not None:
+                self.slots.popleft()
+                out += data
+            await self.stream.send_all(out)
+            if len(self.slots) < inflight_max:
+                self._drained.set()

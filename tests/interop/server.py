@@ -1,0 +1,78 @@
+"""Start the real `fastcoord serve` as a subprocess on a free loopback port, and stop it.
+
+Tests talk to it with real clients. The server prints `listening on HOST:PORT`; the
+fixture reads the port from that line and stops the process by PID at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen[str]
+    port: int
+    log_path: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+
+@contextmanager
+def fastcoord_server(tmp_path: Path, *args: str) -> Iterator[RunningServer]:
+    log_path = tmp_path / "server.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fastcoord",
+                "serve",
+                "--port",
+                "0",
+                "--data-dir",
+                str(tmp_path / "data"),
+                *args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    try:
+        port = _wait_for_port(process, log_path)
+        yield RunningServer(process, port, log_path)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+def _wait_for_port(process: subprocess.Popen[str], log_path: Path) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        match = re.search(r"listening on 127\.0\.0\.1:(\d+)", log_path.read_text())
+        if match:
+            return int(match.group(1))
+        if process.poll() is not None:
+            raise RuntimeError(f"fastcoord serve exited early:\n{log_path.read_text()}")
+        time.sleep(0.05)
+    raise TimeoutError(f"fastcoord serve did not start:\n{log_path.read_text()}")

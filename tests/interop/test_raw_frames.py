@@ -1,0 +1,153 @@
+"""Raw frames against the real server: refusals reach only the connection that sent them."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fastcoord.protocol import framing
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.errors import ErrorCode
+from fastcoord.protocol.headers import RequestHeader
+from fastcoord.protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupRequestProtocol,
+    SyncGroupRequest,
+    SyncGroupRequestAssignment,
+)
+from fastcoord.protocol.schema import Request
+from tests.interop.server import RunningServer, fastcoord_server
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RunningServer]:
+    with fastcoord_server(
+        tmp_path, "--group-initial-rebalance-delay-ms", "0", "--socket-request-max-bytes", "65536"
+    ) as running:
+        yield running
+
+
+OPEN: list[socket.socket] = []
+
+
+@pytest.fixture(autouse=True)
+def close_clients() -> Iterator[None]:
+    yield
+    while OPEN:
+        OPEN.pop().close()
+
+
+class Client:
+    def __init__(self, server: RunningServer) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        OPEN.append(self.sock)
+        self.correlation = 0
+
+    def send(self, request: Request, version: int) -> int:
+        self.correlation += 1
+        header = RequestHeader(request.API_KEY, version, self.correlation, "raw")
+        self.sock.sendall(framing.encode_request(header, request))
+        return self.correlation
+
+    def receive(self, api_key: int, version: int) -> object:
+        size = struct.unpack(">i", self._exactly(4))[0]
+        return framing.decode_response(api_key, version, self._exactly(size))[1]
+
+    def _exactly(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed by the server")
+            data += chunk
+        return data
+
+    def closed_by_server(self) -> bool:
+        self.sock.settimeout(5)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+
+def member(server: RunningServer) -> tuple[Client, str]:
+    """A member of a Stable group, joined and synced over raw frames."""
+    c = Client(server)
+    join = JoinGroupRequest(
+        group_id="g",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        member_id="m-raw",
+        protocol_type="consumer",
+        protocols=[JoinGroupRequestProtocol("range", b"")],
+    )
+    c.send(join, 3)  # v3: no MEMBER_ID_REQUIRED step; the coordinator names the member
+    joined = c.receive(ApiKey.JOIN_GROUP, 3)
+    if joined.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+        join.member_id = ""
+        c.send(join, 3)
+        joined = c.receive(ApiKey.JOIN_GROUP, 3)
+    assert joined.error_code == 0, joined
+    c.send(
+        SyncGroupRequest(
+            group_id="g",
+            generation_id=joined.generation_id,
+            member_id=joined.member_id,
+            assignments=[SyncGroupRequestAssignment(joined.member_id, b"a")],
+        ),
+        3,
+    )
+    assert c.receive(ApiKey.SYNC_GROUP, 3).error_code == 0
+    return c, joined.member_id
+
+
+def heartbeat_ok(c: Client, member_id: str) -> bool:
+    c.send(HeartbeatRequest("g", 1, member_id, None), 3)
+    response = c.receive(ApiKey.HEARTBEAT, 3)
+    assert isinstance(response, HeartbeatResponse)
+    return response.error_code == 0
+
+
+def test_unsupported_api_versions_gets_the_v0_reply(server: RunningServer) -> None:
+    c = Client(server)
+    frame = struct.pack(">hhi", ApiKey.API_VERSIONS, 99, 7) + struct.pack(">h", 3) + b"raw\x00"
+    c.sock.sendall(struct.pack(">i", len(frame)) + frame)
+    response = c.receive(ApiKey.API_VERSIONS, 0)
+    assert isinstance(response, ApiVersionsResponse)
+    assert response.error_code == ErrorCode.UNSUPPORTED_VERSION
+    assert {a.api_key for a in response.api_keys} >= {ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT}
+    # ...and the connection stays usable at a version the server speaks.
+    c.send(ApiVersionsRequest(), 0)
+    assert c.receive(ApiKey.API_VERSIONS, 0).error_code == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        struct.pack(">i", 8) + struct.pack(">hhi", 99, 0, 1),  # unknown API key
+        struct.pack(">i", 1 << 20) + b"x" * 16,  # over socket.request.max.bytes
+        struct.pack(">i", -5),  # a negative size
+        struct.pack(">i", 12) + struct.pack(">hhi", ApiKey.HEARTBEAT, 3, 1),  # half a frame
+    ],
+    ids=["unknown-api-key", "oversized", "negative-size", "half-frame"],
+)
+def test_bad_frames_close_only_their_connection(server: RunningServer, bad: bytes) -> None:
+    good, member_id = member(server)
+    c = Client(server)
+    c.sock.sendall(bad)
+    if bad.startswith(struct.pack(">i", 12)):
+        c.sock.close()  # half a frame, then gone
+    else:
+        assert c.closed_by_server()
+    time.sleep(0.2)
+    assert heartbeat_ok(good, member_id)
+    assert "closing connection" in server.log() or bad.startswith(struct.pack(">i", 12))
