@@ -148,6 +148,14 @@ cdef struct Item:
     int32_t pad
 
 cdef uint64_t SIGN = (<uint64_t>1) << 63
+
+
+cdef inline void put_expired(Item* item, Entry* e, int32_t slot) noexcept:
+    """An expired timer's sort record: (deadline, schedule order), then its slot."""
+    item.dkey = <uint64_t>e.deadline ^ SIGN
+    item.skey = e.seq
+    item.slot = slot
+    item.pad = 0
 cdef uint64_t SLOT_MASK = ((<uint64_t>1) << SLOT_BITS) - 1
 
 
@@ -688,10 +696,7 @@ cdef class TimingWheel:
                 nxt = e.next
                 e.bucket = NIL
                 if e.deadline <= self._clock:
-                    items[n].dkey = <uint64_t>e.deadline ^ SIGN
-                    items[n].skey = e.seq
-                    items[n].slot = slot
-                    items[n].pad = 0
+                    put_expired(&items[n], e, slot)
                     n += 1
                 else:
                     self._arm(slot)
@@ -720,10 +725,7 @@ cdef class TimingWheel:
                 continue
             e.bucket = NIL
             if e.deadline <= self._clock:
-                items[n].dkey = <uint64_t>e.deadline ^ SIGN
-                items[n].skey = e.seq
-                items[n].slot = slot
-                items[n].pad = 0
+                put_expired(&items[n], e, slot)
                 n += 1
             else:
                 back -= 1

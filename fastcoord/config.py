@@ -18,8 +18,10 @@ import msgspec
 from fastcoord.core.config import GroupConfig
 
 INT32_MAX = 2**31 - 1
+_GROUP = GroupConfig()  # the coordinator's settings: their defaults are defined there, once
 Ms = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
 Positive = Annotated[int, msgspec.Meta(ge=1, le=INT32_MAX)]
+Partitions = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
 
 
 def kafka_name(field: str) -> str:
@@ -39,14 +41,14 @@ class ServerConfig(
     topics: list[str] = []
     default_partitions: Positive = 12
     # Group coordinator (Kafka's broker settings).
-    offsets_topic_num_partitions: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 50
-    group_min_session_timeout_ms: Ms = 6000
-    group_max_session_timeout_ms: Ms = 1_800_000
-    group_initial_rebalance_delay_ms: Ms = 3000
-    group_max_size: Positive = INT32_MAX
-    offsets_retention_minutes: Positive = 10080
-    offsets_retention_check_interval_ms: Positive = 600_000
-    offset_metadata_max_bytes: Ms = 4096
+    offsets_topic_num_partitions: Partitions = _GROUP.offsets_topic_num_partitions
+    group_min_session_timeout_ms: Ms = _GROUP.group_min_session_timeout_ms
+    group_max_session_timeout_ms: Ms = _GROUP.group_max_session_timeout_ms
+    group_initial_rebalance_delay_ms: Ms = _GROUP.group_initial_rebalance_delay_ms
+    group_max_size: Positive = _GROUP.group_max_size
+    offsets_retention_minutes: Positive = _GROUP.offsets_retention_minutes
+    offsets_retention_check_interval_ms: Positive = _GROUP.offsets_retention_check_interval_ms
+    offset_metadata_max_bytes: Ms = _GROUP.offset_metadata_max_bytes
     # Limits on what a client may grow.
     socket_request_max_bytes: Annotated[int, msgspec.Meta(ge=1024, le=INT32_MAX)] = 104_857_600
     max_connections: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
@@ -67,16 +69,7 @@ class ServerConfig(
             parse_topic(topic)
 
     def group_config(self) -> GroupConfig:
-        return GroupConfig(
-            group_min_session_timeout_ms=self.group_min_session_timeout_ms,
-            group_max_session_timeout_ms=self.group_max_session_timeout_ms,
-            group_initial_rebalance_delay_ms=self.group_initial_rebalance_delay_ms,
-            group_max_size=self.group_max_size,
-            offsets_retention_minutes=self.offsets_retention_minutes,
-            offsets_retention_check_interval_ms=self.offsets_retention_check_interval_ms,
-            offset_metadata_max_bytes=self.offset_metadata_max_bytes,
-            offsets_topic_num_partitions=self.offsets_topic_num_partitions,
-        )
+        return GroupConfig(**{name: getattr(self, name) for name in GroupConfig.__struct_fields__})
 
     def declared_topics(self) -> dict[str, int]:
         return dict(parse_topic(t) for t in self.topics)

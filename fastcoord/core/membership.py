@@ -187,6 +187,17 @@ class _Join:
     def respond(self, error: ErrorCode, member_id: str = "") -> None:
         self.call.respond(join_response(self.call.version, error, member_id))
 
+    def update(self, group: Group, member: Member) -> None:
+        """Take the member's protocols and timeouts from this request; it now waits in it."""
+        group.update_member(
+            member,
+            self.protocols,
+            self.rebalance_timeout_ms,
+            self.req.session_timeout_ms,
+            self.call.handle,
+            self.call.version,
+        )
+
 
 def _accept_joining_member(co: Coordinator, group: Group, member_id: str) -> bool:
     max_size = co.config.group_max_size
@@ -333,14 +344,7 @@ def _add_member_and_rebalance(
 
 def _update_member_and_rebalance(join: _Join, group: Group, member: Member, reason: str) -> None:
     _supersede_waiting_join(join, group, member)
-    group.update_member(
-        member,
-        join.protocols,
-        join.rebalance_timeout_ms,
-        join.req.session_timeout_ms,
-        join.call.handle,
-        join.call.version,
-    )
+    join.update(group, member)
     maybe_prepare_rebalance(join.co, group, join.call.now_ms, join.call.result, reason)
 
 
@@ -362,14 +366,7 @@ def _update_static_member_and_rebalance(
     old = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
     group.replace_static_member(instance_id, old_id, new_id)
     schedule_session(co, group, member, now_ms)
-    group.update_member(
-        member,
-        join.protocols,
-        join.rebalance_timeout_ms,
-        join.req.session_timeout_ms,
-        join.call.handle,
-        join.call.version,
-    )
+    join.update(group, member)
     co.event(
         result,
         now_ms,
