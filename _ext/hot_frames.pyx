@@ -22,12 +22,14 @@ Wire layouts (HeartbeatRequest.json, HeartbeatResponse.json, RequestHeader.json)
 """
 
 cimport cython
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int16_t, int32_t, uint8_t, uint32_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcmp
 
 from fastcoord.protocol import framing
+from fastcoord.protocol.errors import ProtocolError
 from fastcoord.protocol.headers import RequestHeader
 from fastcoord.protocol.messages import HeartbeatRequest, HeartbeatResponse
 
@@ -156,6 +158,34 @@ cdef inline int expect_no_tagged_fields(Cursor* c) except -1:
     return 0
 
 
+cdef tuple _parse_heartbeat(Cursor* c):
+    """(version, correlation id, client id, group id, generation, member id, instance id)
+    of a well-formed Heartbeat frame; anything else raises _Irregular."""
+    cdef int16_t api_key, version
+    cdef int32_t correlation_id, generation_id
+    api_key = read_int16(c)
+    version = read_int16(c)
+    correlation_id = read_int32(c)
+    if api_key != HEARTBEAT or version < 0 or version > MAX_VERSION:
+        raise _Irregular()
+    client_id = read_string(c, True, _client_id)
+    if version >= FIRST_FLEXIBLE:
+        expect_no_tagged_fields(c)
+        group_id = read_compact_string(c, False, _group_id)
+        generation_id = read_int32(c)
+        member_id = read_compact_string(c, False)
+        group_instance_id = read_compact_string(c, True)
+        expect_no_tagged_fields(c)
+    else:
+        group_id = read_string(c, False, _group_id)
+        generation_id = read_int32(c)
+        member_id = read_string(c, False)
+        group_instance_id = read_string(c, True) if version >= 3 else None
+    if c.pos != c.end:
+        raise _Irregular()
+    return (version, correlation_id, client_id, group_id, generation_id, member_id, group_instance_id)
+
+
 def decode_heartbeat_request(frame):
     """Decode a Heartbeat request frame (without size prefix) into (RequestHeader, request).
 
@@ -164,40 +194,18 @@ def decode_heartbeat_request(frame):
     if type(frame) is not bytes:
         return _decode_generic(frame)
     cdef Cursor cur
-    cdef Cursor* c = &cur
     cur.p = <const uint8_t*>PyBytes_AS_STRING(frame)
     cur.pos = 0
     cur.end = PyBytes_GET_SIZE(frame)
-    cdef int16_t api_key, version
-    cdef int32_t correlation_id, generation_id
-    cdef bint flexible
     try:
-        api_key = read_int16(c)
-        version = read_int16(c)
-        correlation_id = read_int32(c)
-        if api_key != HEARTBEAT or version < 0 or version > MAX_VERSION:
-            raise _Irregular()
-        flexible = version >= FIRST_FLEXIBLE
-        client_id = read_string(c, True, _client_id)
-        if flexible:
-            expect_no_tagged_fields(c)
-            group_id = read_compact_string(c, False, _group_id)
-            generation_id = read_int32(c)
-            member_id = read_compact_string(c, False)
-            group_instance_id = read_compact_string(c, True)
-            expect_no_tagged_fields(c)
-        else:
-            group_id = read_string(c, False, _group_id)
-            generation_id = read_int32(c)
-            member_id = read_string(c, False)
-            group_instance_id = read_string(c, True) if version >= 3 else None
-        if cur.pos != cur.end:
-            raise _Irregular()
+        version, correlation_id, client_id, group_id, generation_id, member_id, instance_id = (
+            _parse_heartbeat(&cur)
+        )
     except _Irregular:
         return _decode_generic(frame)
     return (
-        RequestHeader(api_key, version, correlation_id, client_id),
-        HeartbeatRequest(group_id, generation_id, member_id, group_instance_id),
+        RequestHeader(HEARTBEAT, version, correlation_id, client_id),
+        HeartbeatRequest(group_id, generation_id, member_id, instance_id),
     )
 
 
@@ -211,6 +219,37 @@ cdef inline void _put32(char* q, int32_t v) noexcept:
 cdef inline void _put16(char* q, int16_t v) noexcept:
     q[0] = <char>((v >> 8) & 0xFF)
     q[1] = <char>(v & 0xFF)
+
+
+cdef inline Py_ssize_t _response_size(int version) noexcept:
+    """The size field of a Heartbeat response: header and body, without the prefix."""
+    cdef Py_ssize_t size = 4 + 2  # correlation id, error code
+    if version >= 1:
+        size += 4  # throttle time
+    if version >= FIRST_FLEXIBLE:
+        size += 2  # tagged-field counts of the header and the body
+    return size
+
+
+cdef inline char* _write_response(
+    char* q, int version, int32_t correlation_id, int32_t throttle, int16_t error
+) noexcept:
+    """Write a Heartbeat response frame at q, size prefix included; returns its end."""
+    _put32(q, <int32_t>_response_size(version))
+    _put32(q + 4, correlation_id)
+    q += 8
+    if version >= FIRST_FLEXIBLE:
+        q[0] = 0
+        q += 1
+    if version >= 1:
+        _put32(q, throttle)
+        q += 4
+    _put16(q, error)
+    q += 2
+    if version >= FIRST_FLEXIBLE:
+        q[0] = 0
+        q += 1
+    return q
 
 
 def encode_heartbeat_response(correlation_id, api_version, response):
@@ -237,28 +276,69 @@ def encode_heartbeat_response(correlation_id, api_version, response):
     ):
         return _encode_generic(correlation_id, api_version, response)
     cdef int version = api_version
-    cdef Py_ssize_t size = 4 + 2  # correlation id, error code
-    if version >= 1:
-        size += 4  # throttle time
-    if version >= FIRST_FLEXIBLE:
-        size += 2  # tagged-field counts of the header and the body
+    cdef Py_ssize_t size = _response_size(version)
     out = PyBytes_FromStringAndSize(NULL, size + 4)
-    cdef char* q = PyBytes_AS_STRING(out)
-    cdef char* start = q
-    _put32(q, <int32_t>size)
-    _put32(q + 4, <int32_t>correlation_id)
-    q += 8
-    if version >= FIRST_FLEXIBLE:
-        q[0] = 0
-        q += 1
-    if version >= 1:
-        _put32(q, <int32_t>throttle)
-        q += 4
-    _put16(q, <int16_t>error)
-    q += 2
-    if version >= FIRST_FLEXIBLE:
-        q[0] = 0
-        q += 1
+    cdef char* start = PyBytes_AS_STRING(out)
+    cdef char* q = _write_response(start, version, <int32_t>correlation_id, <int32_t>throttle,
+                                   <int16_t>error)
     if FASTCOORD_DEBUG and q - start != size + 4:
         raise AssertionError(f"Heartbeat v{version} response: wrote {q - start} of {size + 4} bytes")
     return out
+
+
+def answer_heartbeats(bytearray buf, Py_ssize_t pos, Py_ssize_t max_size, table, int64_t now_ms,
+                      bytearray out):
+    """Answer the run of Heartbeat frames at buf[pos:] that the member table answers alone.
+
+    See the twin (fastcoord/protocol/hot_frames.py) for the contract. Frames the fast
+    decoder finds irregular are decoded by the schema-driven codec, so the run stops at
+    the same frame as the twin's.
+    """
+    if buf is out:
+        raise ValueError("buf and out must be different bytearrays")
+    cdef Py_ssize_t end = PyByteArray_GET_SIZE(buf)
+    cdef Py_ssize_t count = 0, size, n
+    cdef const uint8_t* p
+    cdef Cursor cur
+    cdef int version, code
+    cdef int32_t correlation_id
+    cdef char* q
+    if pos < 0 or pos > end:
+        raise ValueError("pos is outside buf")
+    while end - pos >= 4:
+        p = <const uint8_t*>PyByteArray_AS_STRING(buf) + pos
+        size = <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
+        if size < 2 or size > max_size or size > end - pos - 4:
+            break
+        if ((p[4] << 8) | p[5]) != HEARTBEAT:
+            break
+        cur.p = p + 4
+        cur.pos = 0
+        cur.end = size
+        try:
+            fields = _parse_heartbeat(&cur)
+        except _Irregular:
+            try:
+                header, request = _decode_generic(bytes(buf[pos + 4 : pos + 4 + size]))
+            except ProtocolError:
+                break
+            fields = (
+                header.api_version, header.correlation_id, header.client_id, request.group_id,
+                request.generation_id, request.member_id, request.group_instance_id,
+            )
+        if fields[6] is not None:
+            break  # static members take the full path
+        code = table.heartbeat_id(fields[3], fields[5], fields[4], now_ms)
+        if code < 0:
+            break
+        version = fields[0]
+        correlation_id = fields[1]
+        n = PyByteArray_GET_SIZE(out)
+        PyByteArray_Resize(out, n + 4 + _response_size(version))
+        q = PyByteArray_AS_STRING(out) + n
+        q = _write_response(q, version, correlation_id, 0, <int16_t>code)
+        if FASTCOORD_DEBUG and q - PyByteArray_AS_STRING(out) != PyByteArray_GET_SIZE(out):
+            raise AssertionError("Heartbeat response written at the wrong length")
+        pos += 4 + size
+        count += 1
+    return pos, count

@@ -56,7 +56,9 @@ class ServerConfig(
     connection_max_inflight_requests: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 4096
     # Logging and the event log.
     log_level: str = "INFO"
-    event_log: bool = True
+    event_log: bool = True  # Parquet files of coordinator events under DATA_DIR/events
+    event_log_flush_ms: Positive = 5000
+    shutdown_grace_ms: Ms = 5000  # on SIGTERM: time to deliver answers before closing
 
     def __post_init__(self) -> None:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:

@@ -126,18 +126,18 @@ class Coordinator:
         call into the member table, which does the two id lookups and the checks; anything
         else takes the full path, which gives the same answers.
         """
-        if (
-            group_instance_id is None
-            and self.active
-            and not self.loading_partitions
-            and self.owned_partitions is None
-        ):
+        if group_instance_id is None and self.table_answers_heartbeats():
             code: int = self.table.heartbeat_id(group_id, member_id, generation, now_ms)
             if code >= 0:
                 return code
         return membership.heartbeat_error(
             self, group_id, member_id, generation, group_instance_id, version, now_ms
         )
+
+    def table_answers_heartbeats(self) -> bool:
+        """Whether table.heartbeat_id may answer dynamic members' heartbeats alone (when it
+        returns a code >= 0): nothing is loading, unloaded or shutting down."""
+        return self.active and not self.loading_partitions and self.owned_partitions is None
 
     def advance(self, now_ms: int) -> Result:
         """Move time to now_ms and fire every due timer, in deadline order."""
@@ -159,6 +159,18 @@ class Coordinator:
         try:
             for callback in self._appends.pop(token):
                 callback(error, now_ms, result)
+        finally:
+            self._result = None
+        return result
+
+    def shutdown(self, now_ms: int) -> Result:
+        """Stop coordinating: answer every waiting JoinGroup and SyncGroup NOT_COORDINATOR;
+        later requests get COORDINATOR_NOT_AVAILABLE, as from a Kafka broker shutting down."""
+        result = self._begin()
+        try:
+            self.active = False
+            for group in self.groups.values():
+                membership.unload_group(group, result)
         finally:
             self._result = None
         return result

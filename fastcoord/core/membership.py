@@ -633,6 +633,15 @@ def _store_assignment(
         co.replay(record, now_ms)
         propagate_assignment(co, group, ErrorCode.NONE, now_ms, result)
         group.transition_to(STABLE, now_ms, "leader's assignment stored")
+        co.event(
+            result,
+            now_ms,
+            "sync_completed",
+            group,
+            generation=generation,
+            members=len(group.members),
+            duration_ms=now_ms - group.rebalance_started_ms,
+        )
 
     co.append(result, [record], stored)
 
@@ -651,6 +660,17 @@ def propagate_assignment(
             answer_sync(result, member, sync_response(error, group, member.assignment))
             if error == ErrorCode.NONE:
                 schedule_session(co, group, member, now_ms)
+
+
+def unload_group(group: Group, result: Result) -> None:
+    """Kafka's onGroupUnloaded, at shutdown: whoever waits for a JoinGroup or SyncGroup
+    answer is told NOT_COORDINATOR, so that it finds the coordinator again rather than
+    waiting out its request timeout."""
+    error = ErrorCode.NOT_COORDINATOR
+    for member in group.members.values():
+        version = member.awaiting_join_version
+        answer_join(result, group, member, join_response(version, error, member.member_id))
+        answer_sync(result, member, sync_response(error))
 
 
 def on_sync_timer(

@@ -14,6 +14,7 @@ from fastcoord.protocol import framing
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.framing import FrameBytes, decode_response, encode_request
 from fastcoord.protocol.headers import RequestHeader
+from fastcoord.protocol.hot_frames import HeartbeatTable
 from fastcoord.protocol.messages import HeartbeatResponse
 from fastcoord.protocol.schema import Request, Response
 
@@ -28,6 +29,16 @@ class HotFrames(Protocol):
     def encode_heartbeat_response(
         self, correlation_id: int, api_version: int, response: HeartbeatResponse
     ) -> bytes: ...
+
+    def answer_heartbeats(
+        self,
+        buf: bytearray,
+        pos: int,
+        max_size: int,
+        table: HeartbeatTable,
+        now_ms: int,
+        out: bytearray,
+    ) -> tuple[int, int]: ...
 
 
 hot: HotFrames = _accel.load("hot_frames", "fastcoord.protocol.hot_frames")

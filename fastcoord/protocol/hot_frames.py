@@ -1,17 +1,25 @@
 """Pure-Python twin of the Cython hot-frame codec (_ext/hot_frames.pyx).
 
 The hottest frames, Heartbeat request and response, get a hand-written Cython decoder and
-encoder. This twin gives the reference answers: it is the schema-driven codec itself.
+encoder, and a loop that answers a run of heartbeats straight from the receive buffer into
+the send buffer. This twin gives the reference answers: it is the schema-driven codec
+itself, and the loop written plainly.
 Differential property tests check that the compiled module returns equal objects, equal
 bytes and the same errors for any input.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.errors import ProtocolError
 from fastcoord.protocol.framing import decode_request, encode_response
 from fastcoord.protocol.headers import RequestHeader
-from fastcoord.protocol.messages import HeartbeatResponse
+from fastcoord.protocol.messages import HeartbeatRequest, HeartbeatResponse
 from fastcoord.protocol.schema import Request
+
+_HEARTBEAT = ApiKey.HEARTBEAT.to_bytes(2, "big")
 
 
 def decode_heartbeat_request(frame: bytes) -> tuple[RequestHeader, Request]:
@@ -24,3 +32,49 @@ def encode_heartbeat_response(
 ) -> bytes:
     """Encode a Heartbeat response frame, size prefix and header included."""
     return encode_response(correlation_id, api_version, response)
+
+
+class HeartbeatTable(Protocol):
+    def heartbeat_id(self, group_id: str, member_id: str, generation: int, now_ms: int) -> int: ...
+
+
+def answer_heartbeats(
+    buf: bytearray, pos: int, max_size: int, table: HeartbeatTable, now_ms: int, out: bytearray
+) -> tuple[int, int]:
+    """Answer the run of Heartbeat frames at buf[pos:] that the member table answers alone.
+
+    The server's fast path: a client sends heartbeats back to back, and most need nothing
+    but the member table. Each answer is appended to `out`. The run stops before the first
+    frame that is incomplete, larger than max_size, not a Heartbeat, malformed, from a
+    static member, or that the table leaves to the full path (a negative code); the caller
+    handles that frame the ordinary way, with the same result. Returns (the position after
+    the last frame answered, how many were answered).
+    """
+    if buf is out:
+        raise ValueError("buf and out must be different bytearrays")
+    if not 0 <= pos <= len(buf):
+        raise ValueError("pos is outside buf")
+    count = 0
+    while len(buf) - pos >= 4:
+        size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+        if size < 2 or size > max_size or size > len(buf) - pos - 4:
+            break
+        if buf[pos + 4 : pos + 6] != _HEARTBEAT:
+            break
+        try:
+            header, request = decode_request(bytes(buf[pos + 4 : pos + 4 + size]))
+        except ProtocolError:
+            break
+        assert isinstance(request, HeartbeatRequest)
+        if request.group_instance_id is not None:
+            break
+        generation = request.generation_id
+        code = table.heartbeat_id(request.group_id, request.member_id, generation, now_ms)
+        if code < 0:
+            break
+        out += encode_response(
+            header.correlation_id, header.api_version, HeartbeatResponse(error_code=code)
+        )
+        pos += 4 + size
+        count += 1
+    return pos, count

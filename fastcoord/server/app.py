@@ -2,10 +2,14 @@
 
 One Trio thread owns the core. Connections hand decoded requests to `dispatch`; the core's
 Results come back as responses (to whichever connections wait for them), records, timer
-changes and events. A clock task sleeps until the earliest timer (the core's, or a Fetch
-waiting out its max_wait_ms) and advances time. Storage arrives with the durability issue:
-until then records are kept in memory and acknowledged at once, which the server says at
-start.
+changes and events (to the event log). A clock task sleeps until the earliest timer (the
+core's, or a Fetch waiting out its max_wait_ms) and advances time. Storage arrives with the
+durability issue: until then records are kept in memory and acknowledged at once, which the
+server says at start.
+
+Shutdown (SIGINT, SIGTERM) follows a Kafka broker's: stop accepting, answer whatever waits
+(JoinGroup and SyncGroup get NOT_COORDINATOR, Fetches their empty answer), let each
+connection send what it owes within shutdown.grace.ms, flush the event log, exit 0.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -36,6 +41,7 @@ from fastcoord.protocol.schema import Request
 from fastcoord.protocol.versions import api_versions_response
 from fastcoord.server.broker import Broker
 from fastcoord.server.connection import Connection, Slot
+from fastcoord.server.event_log import EventLog
 
 log = logging.getLogger("fastcoord.server")
 events_log = logging.getLogger("fastcoord.events")
@@ -53,9 +59,19 @@ class Server:
         self.fetches = timing_wheel.TimingWheel(now_ms())
         self._waiting_fetches: dict[int, tuple[Slot, Any]] = {}
         self._next_fetch = 0
-        self.connections = 0
+        self.connections: set[Connection] = set()
         self.records: list[Any] = []  # in memory until the durability issue
+        self.event_log: EventLog | None = None
         self._timers_changed = trio.Event()
+        self._no_connections = trio.Event()
+
+    now_ms = staticmethod(now_ms)
+
+    def heartbeat_table(self) -> Any:
+        """The member table when it may answer heartbeats alone (connections then answer a
+        run of them in one compiled call), else None."""
+        co = self.coordinator
+        return co.table if co.table_answers_heartbeats() else None
 
     # -- requests -------------------------------------------------------------------------
 
@@ -115,8 +131,11 @@ class Server:
         """Deliver a Result: responses, records (kept in memory for now), timers, events."""
         for slot, response in result.responses:
             slot.answer(response)
-        for event in result.events:
-            log_event(event)
+        if result.events:
+            for event in result.events:
+                log_event(event)
+            if self.event_log is not None:
+                self.event_log.add(result.events)
         if result.append is not None:
             self.records.extend(result.records)
             self.apply(self.coordinator.complete_append(result.append, ErrorCode.NONE, now_ms()))
@@ -153,7 +172,7 @@ class Server:
             peer = f"{host}:{port}"
         except OSError:
             peer = "unknown peer"
-        if self.connections >= self.config.max_connections:
+        if len(self.connections) >= self.config.max_connections:
             log.warning(
                 "refusing connection from %s: max.connections (%d) reached",
                 peer,
@@ -161,21 +180,48 @@ class Server:
             )
             await trio.aclose_forcefully(stream)
             return
-        self.connections += 1
+        connection = Connection(self, stream, peer)
+        self.connections.add(connection)
         try:
-            await Connection(self, stream, peer).run()
+            await connection.run()
         except Exception:
             # A bug met by one connection must not take the server down with it.
             log.exception("connection from %s failed; closing it", peer)
         finally:
-            self.connections -= 1
+            self.connections.discard(connection)
+            if not self.connections:
+                self._no_connections.set()
+
+    # -- shutdown -------------------------------------------------------------------------
+
+    async def shutdown(self) -> None:
+        """Answer everything that waits, then let connections deliver it and close."""
+        self.apply(self.coordinator.shutdown(now_ms()))
+        for key, (slot, response) in self._waiting_fetches.items():
+            self.fetches.cancel(key)
+            slot.answer(response)
+        self._waiting_fetches.clear()
+        self._no_connections = trio.Event()
+        for connection in list(self.connections):
+            connection.finish()
+        if self.connections:
+            with trio.move_on_after(self.config.shutdown_grace_ms / 1000):
+                await self._no_connections.wait()
+        if self.connections:
+            log.warning(
+                "%d connections did not take their answers within shutdown.grace.ms",
+                len(self.connections),
+            )
+        if self.event_log is not None:
+            await self.event_log.flush()
 
 
 def log_event(event: Event) -> None:
-    if event.kind == "rebalance_completed":
+    if event.kind in ("rebalance_completed", "sync_completed"):
         events_log.info(
-            "group %s: rebalance completed, generation %d, %d members, %d ms",
+            "group %s: %s, generation %d, %d members, %d ms since the rebalance started",
             event.group_id,
+            event.kind.replace("_", " "),
             event.generation,
             event.members,
             event.duration_ms,
@@ -200,27 +246,40 @@ def log_event(event: Event) -> None:
 
 
 async def serve(config: ServerConfig, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Listen and serve until cancelled, SIGINT or SIGTERM (then exit cleanly)."""
+    """Listen and serve until cancelled, SIGINT or SIGTERM (then stop cleanly)."""
     # Signals first: once the port is announced, a SIGTERM must stop us cleanly.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         listeners = await trio.open_tcp_listeners(config.port, host=config.host)
         port = listeners[0].socket.getsockname()[1]
         server = Server(config)
         server.broker.port = port
+        if config.event_log:
+            server.event_log = EventLog(Path(config.data_dir) / "events", config.event_log_flush_ms)
         print(f"listening on {config.host}:{port}", flush=True)
         log.info("storage: in memory (durable storage arrives with the durability issue)")
+        if server.event_log is not None:
+            log.info("event log: %s", server.event_log.directory)
         task_status.started(port)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(server.clock)
-            nursery.start_soon(trio.serve_listeners, server.handle_connection, listeners)
+            if server.event_log is not None:
+                nursery.start_soon(server.event_log.run)
+            accepting = trio.CancelScope()
 
-            async def stop_on_signal() -> None:
-                async for signum in signals:
-                    log.info("received %s: stopping", signal.Signals(signum).name)
-                    nursery.cancel_scope.cancel()
-                    return
+            async def accept() -> None:
+                with accepting:
+                    await trio.serve_listeners(
+                        server.handle_connection, listeners, handler_nursery=nursery
+                    )
 
-            nursery.start_soon(stop_on_signal)
+            nursery.start_soon(accept)
+            async for signum in signals:
+                log.info("received %s: stopping", signal.Signals(signum).name)
+                break
+            accepting.cancel()  # closes the listeners
+            await server.shutdown()
+            nursery.cancel_scope.cancel()
+        log.info("stopped")
 
 
 def run(config: ServerConfig) -> int:

@@ -13,10 +13,10 @@ ever. So a request of a member with a JoinGroup or SyncGroup unanswered on this 
 waits, in order, until that answer. With one member per connection, as real clients have,
 this is exactly Kafka's muting; members sharing a connection do not wait for each other.
 
-When a client
-stops reading, the queue reaches connection.max.inflight.requests and reading stops until
-it drains. A malformed frame closes this connection, with a log line naming the peer and
-the reason; nothing else is affected.
+When a client stops reading, the queue reaches connection.max.inflight.requests and
+reading stops until it drains. A malformed frame closes this connection, with a log line
+naming the peer and the reason; nothing else is affected. At shutdown the connection stops
+reading and closes once it has sent every answer it owes.
 """
 
 from __future__ import annotations
@@ -70,7 +70,11 @@ class Connection:
         self.slots: deque[Slot] = deque()
         # member id -> requests of that member waiting for its JoinGroup or SyncGroup answer
         self.held: dict[str, deque[tuple[Slot, RequestHeader, Request]]] = {}
+        self._buf = bytearray()  # bytes received; self._buf[:self._pos] are handled
+        self._pos = 0
         self.closed = False
+        self.finishing = False  # shutting down: read nothing more, send what is owed
+        self._reading = trio.CancelScope()
         self._ready = trio.Event()  # the head slot may have data
         self._drained = trio.Event()  # the queue has room again
 
@@ -78,8 +82,11 @@ class Connection:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._writer)
-                await self._reader()
-                nursery.cancel_scope.cancel()
+                with self._reading:
+                    await self._reader()
+                if not self.finishing:
+                    nursery.cancel_scope.cancel()
+                # else the writer ends once every answer owed has been sent
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
@@ -119,6 +126,12 @@ class Connection:
             slot.holds = None
             self._release(member_id)
 
+    def finish(self) -> None:
+        """Shutdown: stop reading; the writer sends the answers owed, then we close."""
+        self.finishing = True
+        self._reading.cancel()
+        self._ready.set()
+
     def close(self, reason: str) -> None:
         log.warning("closing connection from %s: %s", self.peer, reason)
         self.closed = True
@@ -126,35 +139,70 @@ class Connection:
     # -- reading ------------------------------------------------------------------------
 
     async def _reader(self) -> None:
-        config = self.server.config
-        buf = bytearray()
-        max_size = config.socket_request_max_bytes
-        idle_s = config.connections_max_idle_ms / 1000
+        idle_s = self.server.config.connections_max_idle_ms / 1000
+        last_read = trio.current_time()
         while not self.closed:
-            with trio.move_on_after(idle_s) as idle:
-                data = await self.stream.receive_some(READ_CHUNK)
-            if idle.cancelled_caught:
+            # One idle deadline serves many reads: it moves only when it fires early, so a
+            # busy connection does not pay for a new cancel scope on every read. Progress
+            # lives in self._buf and self._pos, so a cancel anywhere loses nothing.
+            with trio.CancelScope(deadline=last_read + idle_s) as idle:
+                while not self.closed:
+                    data = await self.stream.receive_some(READ_CHUNK)
+                    if not data:
+                        return
+                    last_read = trio.current_time()
+                    if self._pos:
+                        del self._buf[: self._pos]
+                        self._pos = 0
+                    self._buf += data
+                    await self._handle_frames()
+            if idle.cancelled_caught and trio.current_time() >= last_read + idle_s:
                 if self.slots:
+                    last_read = trio.current_time()
                     continue  # waiting for our own answers is not idleness
                 log.info("closing idle connection from %s", self.peer)
                 return
-            if not data:
+
+    async def _handle_frames(self) -> None:
+        """Handle every complete frame in the buffer; stop reading while the client does
+        not read its answers."""
+        config = self.server.config
+        max_size = config.socket_request_max_bytes
+        buf = self._buf
+        while not self.closed:
+            self._pos = self._answer_heartbeats(buf, self._pos, max_size)
+            pos = self._pos
+            if len(buf) - pos < 4:
                 return
-            buf += data
-            while len(buf) >= 4 and not self.closed:
-                (size,) = _SIZE.unpack_from(buf)
-                if size < 0 or size > max_size:
-                    self.close(f"frame of {size} bytes (socket.request.max.bytes is {max_size})")
-                    return
-                if len(buf) < 4 + size:
-                    break
-                frame = bytes(buf[4 : 4 + size])
-                del buf[: 4 + size]
-                while len(self.slots) >= config.connection_max_inflight_requests:
-                    # The client is not reading its answers: stop reading its requests.
-                    self._drained = trio.Event()
-                    await self._drained.wait()
-                self._handle(frame)
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0 or size > max_size:
+                self.close(f"frame of {size} bytes (socket.request.max.bytes is {max_size})")
+                return
+            if len(buf) - pos - 4 < size:
+                return
+            while len(self.slots) >= config.connection_max_inflight_requests:
+                # The client is not reading its answers: stop reading its requests.
+                self._drained = trio.Event()
+                await self._drained.wait()
+            self._pos = pos + 4 + size
+            self._handle(bytes(buf[pos + 4 : pos + 4 + size]))
+
+    def _answer_heartbeats(self, buf: bytearray, pos: int, max_size: int) -> int:
+        """The fast path: heartbeats the member table answers alone, from the receive buffer
+        straight into one answer slot. Not while a member here waits for its JoinGroup or
+        SyncGroup answer (its heartbeat must wait too) or the table may not answer alone."""
+        if self.held:
+            return pos
+        table = self.server.heartbeat_table()
+        if table is None:
+            return pos
+        out = bytearray()
+        pos, answered = frames.hot.answer_heartbeats(
+            buf, pos, max_size, table, self.server.now_ms(), out
+        )
+        if answered:
+            self.fill(self._slot(None), bytes(out))
+        return pos
 
     def _handle(self, frame: bytes) -> None:
         try:
@@ -189,7 +237,7 @@ class Connection:
         inflight_max = self.server.config.connection_max_inflight_requests
         while True:
             while not (self.slots and self.slots[0].data is not None):
-                if self.closed and not self.slots:
+                if (self.closed or self.finishing) and not self.slots:
                     return
                 self._ready = trio.Event()
                 await self._ready.wait()

@@ -33,7 +33,12 @@ def test_a_member_joins_an_empty_group_and_waits_the_initial_delay() -> None:
     sync = h.answer(h.sync(member_id, 1, {member_id: b"partitions"}))
     assert (sync.error_code, sync.assignment) == (0, b"partitions")
     assert h.group().is_(STABLE)
-    assert h.kinds() == ["member_joined", "rebalance_started", "rebalance_completed"]
+    assert h.kinds() == [
+        "member_joined",
+        "rebalance_started",
+        "rebalance_completed",
+        "sync_completed",
+    ]
 
 
 def test_a_second_member_within_the_initial_delay_extends_it() -> None:

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+LOG_LEVEL_ENV = "FASTCOORD_TEST_SERVER_LOG_LEVEL"
+
+
 @dataclass
 class RunningServer:
     process: subprocess.Popen[str]
@@ -27,6 +30,10 @@ class RunningServer:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.log_path.parent / "data"
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -47,6 +54,8 @@ def fastcoord_server(tmp_path: Path, *args: str) -> Iterator[RunningServer]:
                 "--data-dir",
                 str(tmp_path / "data"),
                 *args,
+                # FASTCOORD_TEST_SERVER_LOG_LEVEL=DEBUG logs every request, to debug a test.
+                *(["--log-level", level] if (level := os.environ.get(LOG_LEVEL_ENV)) else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -151,3 +151,44 @@ def test_bad_frames_close_only_their_connection(server: RunningServer, bad: byte
     time.sleep(0.2)
     assert heartbeat_ok(good, member_id)
     assert "closing connection" in server.log() or bad.startswith(struct.pack(">i", 12))
+
+
+def test_pipelined_heartbeats_are_answered_in_order_whatever_path_they_take(
+    server: RunningServer,
+) -> None:
+    good, member_id = member(server)
+    # Heartbeats the member table answers alone, mixed with ones the full path answers
+    # (wrong generation, unknown member, an instance id) and with other APIs.
+    sent: list[tuple[int, int, int]] = []  # (correlation id, api key, expected error)
+    batch = b""
+    for i in range(300):
+        kind = i % 10
+        good.correlation += 1
+        if kind == 3:
+            request: Request = HeartbeatRequest("g", 7, member_id, None)
+            expected = ErrorCode.ILLEGAL_GENERATION
+        elif kind == 5:
+            request = HeartbeatRequest("g", 1, "nobody", None)
+            expected = ErrorCode.UNKNOWN_MEMBER_ID
+        elif kind == 7:
+            # An instance id the group does not know fences nobody (Kafka's
+            # isStaticMemberFenced): the full path answers NONE.
+            request = HeartbeatRequest("g", 1, member_id, "not-static")
+            expected = ErrorCode.NONE
+        elif kind == 9:
+            request = ApiVersionsRequest()
+            expected = ErrorCode.NONE
+        else:
+            request = HeartbeatRequest("g", 1, member_id, None)
+            expected = ErrorCode.NONE
+        version = 0 if kind == 9 else 3
+        header = RequestHeader(request.API_KEY, version, good.correlation, "raw")
+        batch += framing.encode_request(header, request)
+        sent.append((good.correlation, request.API_KEY, expected))
+    good.sock.sendall(batch)
+    for correlation, api_key, expected in sent:
+        size = struct.unpack(">i", good._exactly(4))[0]
+        got_correlation, response = framing.decode_response(
+            api_key, 0 if api_key == ApiKey.API_VERSIONS else 3, good._exactly(size)
+        )
+        assert (got_correlation, response.error_code) == (correlation, expected)

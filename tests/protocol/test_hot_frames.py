@@ -17,7 +17,7 @@ from fastcoord.protocol import hot_frames as twin
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ProtocolError
 from fastcoord.protocol.headers import RequestHeader
-from fastcoord.protocol.messages import HeartbeatRequest, HeartbeatResponse
+from fastcoord.protocol.messages import ApiVersionsRequest, HeartbeatRequest, HeartbeatResponse
 from tests.protocol.strategies import struct_strategy
 
 versions = st.integers(0, 4)
@@ -116,3 +116,70 @@ def test_front_door_uses_the_selected_module_for_heartbeats() -> None:
     assert frames.encode_response(1, 3, HeartbeatResponse()) == twin.encode_heartbeat_response(
         1, 3, HeartbeatResponse()
     )
+
+
+# -- answer_heartbeats: a run of heartbeats from the receive buffer to the send buffer --------
+
+
+class Table:
+    """Answers by member id, deterministically, and records every call (both loops must
+    consult the table for the same frames, in the same order)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, int, int]] = []
+
+    def heartbeat_id(self, group_id: str, member_id: str, generation: int, now_ms: int) -> int:
+        self.calls.append((group_id, member_id, generation, now_ms))
+        if member_id.startswith("x"):
+            return -1  # the full path's business
+        return (len(member_id) + generation) % 3 * 11  # any codes will do: 0, 11 or 22
+
+
+@st.composite
+def stream_frames(draw: st.DrawFn) -> bytes:
+    kind = draw(st.sampled_from(["heartbeat", "heartbeat", "heartbeat", "mutated", "other", "raw"]))
+    if kind == "heartbeat":
+        frame = draw(heartbeat_frames())
+    elif kind == "mutated":
+        frame = draw(mutated_heartbeat_frames())
+    elif kind == "other":
+        header = RequestHeader(ApiKey.API_VERSIONS, 0, draw(int32s), "c")
+        frame = framing.encode_request(header, ApiVersionsRequest())[4:]
+    else:
+        return draw(st.binary(max_size=12))  # any size prefix at all
+    return len(frame).to_bytes(4, "big") + frame
+
+
+@settings(max_examples=300)
+@given(st.lists(stream_frames(), max_size=12), st.integers(0, 8), st.integers(8, 200))
+def test_answer_heartbeats_matches_the_twin(chunks: list[bytes], skip: int, max_size: int) -> None:
+    buf = bytearray(b"".join(chunks))
+    start = min(skip, len(buf))
+    answers = []
+    for module in (compiled, twin):
+        table, out = Table(), bytearray(b"keep")
+        result = outcome(module.answer_heartbeats, bytearray(buf), start, max_size, table, 7, out)
+        answers.append((result, table.calls, bytes(out)))
+    assert answers[0] == answers[1]
+    (status, (pos, count)), calls, out = answers[1]
+    assert status == "ok" and start <= pos <= len(buf) and count <= len(calls)
+    assert out.startswith(b"keep")
+
+
+def test_answer_heartbeats_stops_where_the_full_path_must_answer() -> None:
+    def frame(member: str, version: int = 3, instance: str | None = None) -> bytes:
+        header = RequestHeader(ApiKey.HEARTBEAT, version, len(member), "c")
+        return framing.encode_request(header, HeartbeatRequest("g", 1, member, instance))
+
+    for module in (compiled, twin):
+        good = frame("a") + frame("bb", 4) + frame("ccc", 0)
+        for stopper in (frame("xa"), frame("s", instance="static"), frame("a")[:-1]):
+            table, out = Table(), bytearray()
+            buf = bytearray(good + stopper + frame("a"))
+            pos, count = module.answer_heartbeats(buf, 0, 1 << 20, table, 5, out)
+            assert (pos, count) == (len(good), 3)
+            expected = [
+                frames.encode_response(len(m), v, HeartbeatResponse(error_code=code))
+                for m, v, code in (("a", 3, 22), ("bb", 4, 0), ("ccc", 0, 11))
+            ]
+            assert bytes(out) == b"".join(expected)

@@ -1,0 +1,86 @@
+"""SIGTERM on a busy server: whatever waits is answered before the connection closes, the
+event log is flushed, and the process exits 0."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.errors import ErrorCode
+from fastcoord.protocol.messages import (
+    FetchPartition,
+    FetchRequest,
+    FetchTopic,
+    JoinGroupRequest,
+    JoinGroupRequestProtocol,
+)
+from fastcoord.server import event_log
+from tests.interop.server import fastcoord_server
+from tests.interop.test_raw_frames import Client
+
+
+def test_sigterm_answers_waiting_requests_flushes_events_and_exits_0(tmp_path: Path) -> None:
+    with fastcoord_server(
+        tmp_path,
+        # The first JoinGroup would wait 30 s, a Fetch 30 s: only shutdown can answer them.
+        "--group-initial-rebalance-delay-ms",
+        "30000",
+        "--event-log-flush-ms",
+        "600000",  # so that only the shutdown flush can have written the events
+        "--topic",
+        "t:1",
+    ) as server:
+        joiner, fetcher = Client(server), Client(server)
+        try:
+            joiner.send(
+                JoinGroupRequest(
+                    group_id="g",
+                    session_timeout_ms=30_000,
+                    rebalance_timeout_ms=60_000,
+                    member_id="",
+                    protocol_type="consumer",
+                    protocols=[JoinGroupRequestProtocol("range", b"")],
+                ),
+                3,
+            )
+            fetcher.send(
+                FetchRequest(
+                    max_wait_ms=30_000,
+                    min_bytes=1,
+                    topics=[FetchTopic("t", [FetchPartition(0, fetch_offset=0)])],
+                ),
+                4,
+            )
+            time.sleep(0.5)
+            assert "member joined" in server.log()
+            started = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+
+            joined = joiner.receive(ApiKey.JOIN_GROUP, 3)
+            assert joined.error_code == ErrorCode.NOT_COORDINATOR
+            assert joined.member_id  # the member it was, so that it can rejoin elsewhere
+            fetched = fetcher.receive(ApiKey.FETCH, 4)
+            assert [t.topic for t in fetched.responses] == ["t"]
+            assert joiner.closed_by_server() and fetcher.closed_by_server()
+            assert server.process.wait(timeout=10) == 0
+            assert time.monotonic() - started < 5  # answered, not waited out
+        finally:
+            joiner.sock.close()
+            fetcher.sock.close()
+
+    events = event_log.read(tmp_path / "data" / "events").to_pylist()
+    assert [(e["kind"], e["group_id"]) for e in events] == [
+        ("member_joined", "g"),
+        ("rebalance_started", "g"),
+    ]
+    assert events[0]["member_id"] == joined.member_id
+    assert "stopped" in server.log()
+
+
+def test_event_log_can_be_turned_off(tmp_path: Path) -> None:
+    with fastcoord_server(tmp_path, "--event-log", "false") as server:
+        pass
+    assert server.process.returncode == 0
+    assert not (tmp_path / "data" / "events").exists()
