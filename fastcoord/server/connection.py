@@ -76,6 +76,7 @@ class Connection:
         self.finishing = False  # shutting down: read nothing more, send what is owed
         self._reading = trio.CancelScope()
         self._ready = trio.Event()  # the head slot may have data
+        self._sending = False  # a task is in _send_ready
         self._drained = trio.Event()  # the queue has room again
 
     async def run(self) -> None:
@@ -156,6 +157,9 @@ class Connection:
                         self._pos = 0
                     self._buf += data
                     await self._handle_frames()
+                    # Answer from this task: no wake-up of the writer for what is ready now.
+                    # If the client does not read, this blocks, and we stop reading it.
+                    await self._send_ready()
             if idle.cancelled_caught and trio.current_time() >= last_read + idle_s:
                 if self.slots:
                     last_read = trio.current_time()
@@ -234,17 +238,30 @@ class Connection:
     # -- writing ------------------------------------------------------------------------
 
     async def _writer(self) -> None:
-        inflight_max = self.server.config.connection_max_inflight_requests
+        """Send answers that become ready while the reader waits (a JoinGroup completed by
+        another member, a Fetch whose wait is over)."""
         while True:
             while not (self.slots and self.slots[0].data is not None):
                 if (self.closed or self.finishing) and not self.slots:
                     return
                 self._ready = trio.Event()
                 await self._ready.wait()
-            out = bytearray()
-            while self.slots and (data := self.slots[0].data) is not None:
-                self.slots.popleft()
-                out += data
-            await self.stream.send_all(out)
-            if len(self.slots) < inflight_max:
+            await self._send_ready()
+
+    async def _send_ready(self) -> None:
+        """Send every answer ready at the head of the queue. One task sends at a time, and
+        it sends until nothing is ready, so an answer filled meanwhile is not left behind."""
+        if self._sending:
+            return
+        self._sending = True
+        try:
+            while self.slots and self.slots[0].data is not None:
+                out = bytearray()
+                while self.slots and (data := self.slots[0].data) is not None:
+                    self.slots.popleft()
+                    out += data
+                await self.stream.send_all(out)
+            if len(self.slots) < self.server.config.connection_max_inflight_requests:
                 self._drained.set()
+        finally:
+            self._sending = False

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-
 LOG_LEVEL_ENV = "FASTCOORD_TEST_SERVER_LOG_LEVEL"
 
 

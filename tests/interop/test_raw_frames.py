@@ -79,11 +79,11 @@ class Client:
             return True
 
 
-def member(server: RunningServer) -> tuple[Client, str]:
+def member(server: RunningServer, group: str = "g") -> tuple[Client, str]:
     """A member of a Stable group, joined and synced over raw frames."""
     c = Client(server)
     join = JoinGroupRequest(
-        group_id="g",
+        group_id=group,
         session_timeout_ms=10_000,
         rebalance_timeout_ms=10_000,
         member_id="m-raw",
@@ -99,7 +99,7 @@ def member(server: RunningServer) -> tuple[Client, str]:
     assert joined.error_code == 0, joined
     c.send(
         SyncGroupRequest(
-            group_id="g",
+            group_id=group,
             generation_id=joined.generation_id,
             member_id=joined.member_id,
             assignments=[SyncGroupRequestAssignment(joined.member_id, b"a")],
@@ -192,3 +192,29 @@ def test_pipelined_heartbeats_are_answered_in_order_whatever_path_they_take(
             api_key, 0 if api_key == ApiKey.API_VERSIONS else 3, good._exactly(size)
         )
         assert (got_correlation, response.error_code) == (correlation, expected)
+
+
+def test_a_client_that_does_not_read_is_not_read_either(server: RunningServer) -> None:
+    """Answers a client does not take are not piled up without bound: the server stops
+    reading that client, whose sends then block; everyone else carries on."""
+    good, member_id = member(server)
+    greedy, greedy_id = member(server, "greedy")
+    frame = framing.encode_request(
+        RequestHeader(ApiKey.HEARTBEAT, 3, 1, "raw"),
+        HeartbeatRequest("greedy", 1, greedy_id, None),
+    )
+    chunk = frame * 10_000
+    greedy.sock.setblocking(False)
+    accepted, limit = 0, 256 << 20
+    deadline = time.monotonic() + 20
+    while accepted < limit and time.monotonic() < deadline:
+        try:
+            accepted += greedy.sock.send(chunk)
+        except BlockingIOError:
+            time.sleep(0.05)  # blocked: has the server stopped reading for good?
+            try:
+                accepted += greedy.sock.send(chunk)
+            except BlockingIOError:
+                break
+    assert accepted < limit, "the server kept reading a client that reads nothing"
+    assert heartbeat_ok(good, member_id)  # the server and other clients carry on
