@@ -112,7 +112,7 @@ class Server:
                 )
             self.apply(
                 self.coordinator.handle(
-                    slot, request, version, t, header.client_id or "", slot.conn.peer
+                    slot, request, version, t, header.client_id or "", slot.conn.client_host
                 )
             )
 

@@ -66,7 +66,10 @@ class Connection:
     def __init__(self, server: Server, stream: trio.SocketStream, peer: str) -> None:
         self.server = server
         self.stream = stream
-        self.peer = peer
+        self.peer = peer  # HOST:PORT, for log lines
+        # What DescribeGroups shows as a member's client host: Kafka gives Java's
+        # InetAddress.toString() of the peer, "/127.0.0.1", without the port.
+        self.client_host = "/" + peer.rsplit(":", 1)[0]
         self.slots: deque[Slot] = deque()
         # member id -> requests of that member waiting for its JoinGroup or SyncGroup answer
         self.held: dict[str, deque[tuple[Slot, RequestHeader, Request]]] = {}
