@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fastcoord.server")
 _SIZE = struct.Struct(">i")
 READ_CHUNK = 65536
+SLOW_READER_S = 1.0  # a client that takes no answers for this long is logged
 
 
 class Slot:
@@ -294,8 +295,24 @@ class Connection:
     async def _send_all(self, data: bytearray) -> None:
         view = memoryview(data)
         sent = 0
+        stalled = False
         while sent < len(view):
             try:
                 sent += os.write(self._fd, view[sent:])
             except BlockingIOError:
-                await trio.lowlevel.wait_writable(self._fd)
+                if stalled:
+                    await trio.lowlevel.wait_writable(self._fd)
+                    continue
+                with trio.move_on_after(SLOW_READER_S) as slow:
+                    await trio.lowlevel.wait_writable(self._fd)
+                if slow.cancelled_caught:
+                    stalled = True
+                    log.warning(
+                        "client at %s has not read its answers for %.0f s: not reading its "
+                        "requests until it does (%d bytes waiting)",
+                        self.peer,
+                        SLOW_READER_S,
+                        len(view) - sent,
+                    )
+        if stalled:
+            log.info("client at %s reads its answers again", self.peer)
