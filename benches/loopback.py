@@ -184,6 +184,9 @@ def join_group(
             if joined.error_code == ErrorCode.MEMBER_ID_REQUIRED and attempts < 3:
                 member_id = joined.member_id
                 continue
+            if joined.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS and attempts < 200:
+                time.sleep(0.05)  # the server is loading its offsets log: retry, as clients do
+                continue
             if joined.error_code != 0:
                 raise PeerError(f"JoinGroup v{v_join}: error {joined.error_code}")
             break

@@ -11,7 +11,7 @@ from __future__ import annotations
 import tomllib
 import typing
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -54,6 +54,12 @@ class ServerConfig(
     max_connections: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
     connections_max_idle_ms: Positive = 600_000
     connection_max_inflight_requests: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 4096
+    # The offsets log (storage): fsync always, batch (appends within the linger share one
+    # fsync) or never; segments roll at offsets.topic.segment.bytes.
+    fsync: Literal["always", "batch", "never"] = "batch"
+    group_coordinator_append_linger_ms: Ms = 5
+    offsets_topic_segment_bytes: Annotated[int, msgspec.Meta(ge=1024, le=INT32_MAX)] = 104_857_600
+    log_truncate_damaged: bool = False  # cut a log at damage in its middle (loses data)
     # Logging and the event log.
     log_level: str = "INFO"
     event_log: bool = True  # Parquet files of coordinator events under DATA_DIR/events
@@ -134,6 +140,8 @@ def allowed(setting: str) -> str:
             base = typing.get_args(tp)[0] if metas else tp
             if metas:
                 return f"an integer from {metas[0].ge} to {metas[0].le}"
+            if typing.get_origin(base) is Literal:
+                return "one of " + ", ".join(typing.get_args(base))
             return f"a {getattr(base, '__name__', str(base))}"
     return "see fastcoord serve --print-config"
 

@@ -1,15 +1,21 @@
 """`fastcoord serve`: the coordinator core and the broker answers, on Trio.
 
 One Trio thread owns the core. Connections hand decoded requests to `dispatch`; the core's
-Results come back as responses (to whichever connections wait for them), records, timer
-changes and events (to the event log). A clock task sleeps until the earliest timer (the
-core's, or a Fetch waiting out its max_wait_ms) and advances time. Storage arrives with the
-durability issue: until then records are kept in memory and acknowledged at once, which the
-server says at start.
+Results come back as responses (to whichever connections wait for them), records (to the
+offsets store, whose appender thread reports when they are durable; only then does the
+core acknowledge them), timer changes and events (to the event log). A clock task sleeps
+until the earliest timer (the core's, or a Fetch waiting out its max_wait_ms) and advances
+time.
+
+Start-up: the data directory is locked, the server listens at once, and each coordinator
+partition is loaded from its log by a background task; until a partition is loaded, its
+groups are answered COORDINATOR_LOAD_IN_PROGRESS. A damaged log (not a torn tail) stops the
+server with exit code 2 and a message naming the file and position.
 
 Shutdown (SIGINT, SIGTERM) follows a Kafka broker's: stop accepting, answer whatever waits
 (JoinGroup and SyncGroup get NOT_COORDINATOR, Fetches their empty answer), let each
-connection send what it owes within shutdown.grace.ms, flush the event log, exit 0.
+connection send what it owes within shutdown.grace.ms (commits waiting for the disk get
+their answers first), flush the event log, close the logs, exit 0.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ from fastcoord.protocol.versions import api_versions_response
 from fastcoord.server.broker import Broker
 from fastcoord.server.connection import Connection, Slot
 from fastcoord.server.event_log import EventLog
+from fastcoord.storage.lock import DataDirLocked
+from fastcoord.storage.log import LogCorruption
+from fastcoord.storage.store import OffsetsStore
 
 log = logging.getLogger("fastcoord.server")
 events_log = logging.getLogger("fastcoord.events")
@@ -52,7 +61,7 @@ def now_ms() -> int:
 
 
 class Server:
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, store: OffsetsStore) -> None:
         self.config = config
         self.coordinator = Coordinator(config.group_config(), now_ms())
         self.broker = Broker(config, config.port)
@@ -60,7 +69,8 @@ class Server:
         self._waiting_fetches: dict[int, tuple[Slot, Any]] = {}
         self._next_fetch = 0
         self.connections: set[Connection] = set()
-        self.records: list[Any] = []  # in memory until the durability issue
+        self.store = store
+        self.fatal: str | None = None  # why the server must stop (a damaged log)
         self.event_log: EventLog | None = None
         self._timers_changed = trio.Event()
         self._no_connections = trio.Event()
@@ -128,7 +138,7 @@ class Server:
         self._timers_changed.set()
 
     def apply(self, result: Result) -> None:
-        """Deliver a Result: responses, records (kept in memory for now), timers, events."""
+        """Deliver a Result: responses, records (to the store), timers, events."""
         for slot, response in result.responses:
             slot.answer(response)
         if result.events:
@@ -137,10 +147,48 @@ class Server:
             if self.event_log is not None:
                 self.event_log.add(result.events)
         if result.append is not None:
-            self.records.extend(result.records)
-            self.apply(self.coordinator.complete_append(result.append, ErrorCode.NONE, now_ms()))
+            self.store.append(result.append, result.records, self._partition_of)
         if result.timers:
             self._timers_changed.set()
+
+    def _partition_of(self, group_id: str) -> int:
+        return self.coordinator.partition_for(group_id, self.config.offsets_topic_num_partitions)
+
+    def appended(self, tokens: list[int], error: ErrorCode) -> None:
+        """The appender's report (on this thread): these appends are durable, or failed."""
+        for token in tokens:
+            self.apply(self.coordinator.complete_append(token, error, now_ms()))
+
+    # -- loading ----------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Replay every partition's log into the core, one partition at a time."""
+        co = self.coordinator
+        partitions = range(self.config.offsets_topic_num_partitions)
+        co.loading_partitions.update(partitions)
+        started = time.monotonic()
+        total = 0
+        for partition in partitions:
+            try:
+                records = await trio.to_thread.run_sync(self.store.recover, partition)
+            except LogCorruption as exc:
+                self.fatal = str(exc)
+                raise
+            t = now_ms()
+            for i, record in enumerate(records):
+                co.replay(record, t, loading=True)
+                if i % 10_000 == 9_999:
+                    await trio.lowlevel.checkpoint()  # a big log must not stall heartbeats
+            total += len(records)
+            co.loading_partitions.discard(partition)
+        self._timers_changed.set()  # loaded members' sessions have started
+        log.info(
+            "loaded %d records of %d partitions in %.2f s: %d groups",
+            total,
+            len(partitions),
+            time.monotonic() - started,
+            len(co.groups),
+        )
 
     # -- time -----------------------------------------------------------------------------
 
@@ -196,6 +244,11 @@ class Server:
 
     async def shutdown(self) -> None:
         """Answer everything that waits, then let connections deliver it and close."""
+        grace = trio.current_time() + self.config.shutdown_grace_ms / 1000
+        appender = self.store.appender
+        with trio.move_on_at(grace):
+            while appender is not None and appender.pending:
+                await trio.sleep(0.005)  # commits on their way to disk: answer them first
         self.apply(self.coordinator.shutdown(now_ms()))
         for key, (slot, response) in self._waiting_fetches.items():
             self.fetches.cancel(key)
@@ -205,7 +258,7 @@ class Server:
         for connection in list(self.connections):
             connection.finish()
         if self.connections:
-            with trio.move_on_after(self.config.shutdown_grace_ms / 1000):
+            with trio.move_on_at(grace):
                 await self._no_connections.wait()
         if self.connections:
             log.warning(
@@ -249,37 +302,60 @@ async def serve(config: ServerConfig, task_status: Any = trio.TASK_STATUS_IGNORE
     """Listen and serve until cancelled, SIGINT or SIGTERM (then stop cleanly)."""
     # Signals first: once the port is announced, a SIGTERM must stop us cleanly.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        listeners = await trio.open_tcp_listeners(config.port, host=config.host)
-        port = listeners[0].socket.getsockname()[1]
-        server = Server(config)
-        server.broker.port = port
-        if config.event_log:
-            server.event_log = EventLog(Path(config.data_dir) / "events", config.event_log_flush_ms)
-        print(f"listening on {config.host}:{port}", flush=True)
-        log.info("storage: in memory (durable storage arrives with the durability issue)")
+        store = OffsetsStore(
+            Path(config.data_dir),
+            config.offsets_topic_num_partitions,
+            config.offsets_topic_segment_bytes,
+            config.fsync,
+            config.group_coordinator_append_linger_ms,
+            config.log_truncate_damaged,
+        )
+        store.open()  # DataDirLocked: another server has this data directory
+        try:
+            await _serve(config, store, signals, task_status)
+        finally:
+            await trio.to_thread.run_sync(store.close)
+
+
+async def _serve(config: ServerConfig, store: OffsetsStore, signals: Any, task_status: Any) -> None:
+    listeners = await trio.open_tcp_listeners(config.port, host=config.host)
+    port = listeners[0].socket.getsockname()[1]
+    server = Server(config, store)
+    server.broker.port = port
+    if config.event_log:
+        server.event_log = EventLog(Path(config.data_dir) / "events", config.event_log_flush_ms)
+    store.start(trio.lowlevel.current_trio_token().run_sync_soon, server.appended)
+    print(f"listening on {config.host}:{port}", flush=True)
+    log.info(
+        "offsets log: %s (fsync %s, linger %d ms)",
+        config.data_dir,
+        config.fsync,
+        config.group_coordinator_append_linger_ms,
+    )
+    if server.event_log is not None:
+        log.info("event log: %s", server.event_log.directory)
+    task_status.started(port)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.clock)
+        nursery.start_soon(server.load)
         if server.event_log is not None:
-            log.info("event log: %s", server.event_log.directory)
-        task_status.started(port)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(server.clock)
-            if server.event_log is not None:
-                nursery.start_soon(server.event_log.run)
-            accepting = trio.CancelScope()
+            nursery.start_soon(server.event_log.run)
+        accepting = trio.CancelScope()
 
-            async def accept() -> None:
-                with accepting:
-                    await trio.serve_listeners(
-                        server.handle_connection, listeners, handler_nursery=nursery
-                    )
+        async def accept() -> None:
+            with accepting:
+                await trio.serve_listeners(
+                    server.handle_connection, listeners, handler_nursery=nursery
+                )
 
-            nursery.start_soon(accept)
-            async for signum in signals:
-                log.info("received %s: stopping", signal.Signals(signum).name)
-                break
-            accepting.cancel()  # closes the listeners
-            await server.shutdown()
-            nursery.cancel_scope.cancel()
-        log.info("stopped")
+        nursery.start_soon(accept)
+        async for signum in signals:
+            log.info("received %s: stopping", signal.Signals(signum).name)
+            break
+        accepting.cancel()  # closes the listeners
+        await server.shutdown()
+        nursery.cancel_scope.cancel()
+    log.info("stopped")
 
 
 def run(config: ServerConfig) -> int:
@@ -287,5 +363,23 @@ def run(config: ServerConfig) -> int:
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    trio.run(serve, config)
+    # A file-size limit reached must fail that write (EFBIG, answered as a storage error),
+    # not kill the server.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        trio.run(serve, config)
+    except DataDirLocked as exc:
+        log.error("cannot start: %s", exc)
+        return 2
+    except BaseExceptionGroup as group:
+        corrupt: BaseException | None = group.subgroup(LogCorruption)
+        if corrupt is None:
+            raise
+        while isinstance(corrupt, BaseExceptionGroup):
+            corrupt = corrupt.exceptions[0]
+        log.error("cannot start: %s", corrupt)
+        return 2
+    except LogCorruption as exc:
+        log.error("cannot start: %s", exc)
+        return 2
     return 0

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,28 +38,43 @@ class RunningServer:
         return self.log_path.read_text()
 
 
+def command(tmp_path: Path, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "fastcoord",
+        "serve",
+        "--port",
+        "0",
+        "--data-dir",
+        str(tmp_path / "data"),
+        *args,
+    ]
+
+
+def refused_start(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `fastcoord serve` where it must refuse to start: its exit code and output."""
+    return subprocess.run(command(tmp_path, *args), capture_output=True, text=True, timeout=30)
+
+
 @contextmanager
-def fastcoord_server(tmp_path: Path, *args: str) -> Iterator[RunningServer]:
+def fastcoord_server(
+    tmp_path: Path, *args: str, preexec_fn: Callable[[], None] | None = None
+) -> Iterator[RunningServer]:
     log_path = tmp_path / "server.log"
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fastcoord",
-                "serve",
-                "--port",
-                "0",
-                "--data-dir",
-                str(tmp_path / "data"),
+            command(
+                tmp_path,
                 *args,
                 # FASTCOORD_TEST_SERVER_LOG_LEVEL=DEBUG logs every request, to debug a test.
                 *(["--log-level", level] if (level := os.environ.get(LOG_LEVEL_ENV)) else []),
-            ],
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=preexec_fn,  # e.g. a resource limit that a fault test needs
         )
     try:
         port = _wait_for_port(process, log_path)

@@ -92,6 +92,12 @@ def member(server: RunningServer, group: str = "g") -> tuple[Client, str]:
     )
     c.send(join, 3)  # v3: no MEMBER_ID_REQUIRED step; the coordinator names the member
     joined = c.receive(ApiKey.JOIN_GROUP, 3)
+    deadline = time.monotonic() + 10
+    while joined.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+        assert time.monotonic() < deadline, "the offsets log did not load"
+        time.sleep(0.05)  # the server has just started: retry, as clients do
+        c.send(join, 3)
+        joined = c.receive(ApiKey.JOIN_GROUP, 3)
     if joined.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
         join.member_id = ""
         c.send(join, 3)

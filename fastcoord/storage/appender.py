@@ -1,0 +1,133 @@
+"""Appends to the partition logs, off the event loop: one thread writes and syncs.
+
+The server hands over each Result's records, already framed per coordinator partition,
+with the Result's append token. The thread takes whatever is queued, writes it, makes it
+durable under the fsync policy, and reports the tokens back to the Trio thread, which
+then lets the core acknowledge (Coordinator.complete_append). A slow disk therefore delays
+acknowledgements, never heartbeats.
+
+Policies (`fsync`):
+- always: every write is synced before it is acknowledged; whatever was queued meanwhile
+  shares the sync, but nothing waits to be shared;
+- batch (default): after the first write, wait up to the linger
+  (group.coordinator.append.linger.ms, 5 ms) for more, then one sync per partition for all;
+- never: acknowledged once written to the operating system (a crash of the machine, not
+  of the process, can lose it).
+
+A write or sync that fails answers its tokens COORDINATOR_NOT_AVAILABLE: with one node
+there is no other coordinator to move to, as Kafka's NOT_COORDINATOR would send the client.
+The failure is logged once per interval, not once per request.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Literal
+
+from fastcoord.protocol.errors import ErrorCode
+from fastcoord.storage.log import PartitionLog
+
+log = logging.getLogger("fastcoord.storage")
+
+Policy = Literal["always", "batch", "never"]
+Done = Callable[[list[int], ErrorCode], None]
+ERROR_LOG_INTERVAL_S = 10.0
+
+
+class Appender:
+    def __init__(
+        self,
+        logs: dict[int, PartitionLog],
+        policy: Policy,
+        linger_ms: int,
+        report: Callable[[Callable[[], None]], None],
+        done: Done,
+    ) -> None:
+        """`report(fn)` must run fn on the event loop's thread (TrioToken.run_sync_soon);
+        `done(tokens, error)` is what it runs."""
+        self.logs = logs
+        self.policy = policy
+        self.linger_s = linger_ms / 1000
+        self._report = report
+        self._done = done
+        self._queue: queue.SimpleQueue[tuple[int, dict[int, tuple[bytes, int]]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread = threading.Thread(target=self._run, name="fastcoord-appender", daemon=True)
+        self._failures = 0
+        self._last_error_log = 0.0
+        self.pending = 0  # tokens submitted and not yet reported
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, token: int, frames: dict[int, tuple[bytes, int]]) -> None:
+        """Write `frames` ({partition: (framed records, count)}); report `token` when done."""
+        self.pending += 1
+        self._queue.put((token, frames))
+
+    def close(self) -> None:
+        """Finish what is queued, then stop the thread and close the logs."""
+        self._queue.put(None)
+        self._thread.join()
+        for partition_log in self.logs.values():
+            partition_log.close()
+
+    # -- the thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is None:
+                break
+            batch = [first]
+            deadline = time.monotonic() + self.linger_s if self.policy == "batch" else 0.0
+            while True:
+                remaining = deadline - time.monotonic()
+                try:
+                    if remaining > 0:
+                        item = self._queue.get(timeout=remaining)
+                    else:
+                        item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            error = self._write(batch)
+            self._report(functools.partial(self._finish, [token for token, _ in batch], error))
+
+    def _finish(self, tokens: list[int], error: ErrorCode) -> None:
+        self.pending -= len(tokens)
+        self._done(tokens, error)
+
+    def _write(self, batch: list[tuple[int, dict[int, tuple[bytes, int]]]]) -> ErrorCode:
+        touched: set[int] = set()
+        try:
+            for _, frames in batch:
+                for partition, (data, count) in frames.items():
+                    self.logs[partition].append(data, count)
+                    touched.add(partition)
+            if self.policy != "never":
+                for partition in touched:
+                    self.logs[partition].sync()
+        except OSError as exc:
+            self._failures += len(batch)
+            now = time.monotonic()
+            if now - self._last_error_log >= ERROR_LOG_INTERVAL_S:
+                log.error(
+                    "cannot write the offsets log: %s; %d writes refused since the last report",
+                    exc,
+                    self._failures,
+                )
+                self._last_error_log = now
+                self._failures = 0
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE

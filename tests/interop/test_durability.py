@@ -1,0 +1,199 @@
+"""Durability against the real server: every acknowledged commit survives SIGKILL; one
+server per data directory; a damaged log is refused, naming the file and position."""
+
+from __future__ import annotations
+
+import random
+import resource
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.errors import ErrorCode
+from fastcoord.protocol.messages import (
+    DeleteGroupsRequest,
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+)
+from fastcoord.storage.log import directory
+from tests.interop.server import RunningServer, fastcoord_server, refused_start
+from tests.interop.test_raw_frames import Client, heartbeat_ok, member
+
+PARTITIONS = 4
+
+
+def commit(c: Client, group: str, offset: int) -> int:
+    """Commit `offset` on every partition of topic t, as a simple (memberless) commit;
+    retried while the server is still loading, as clients do."""
+    deadline = time.monotonic() + 15
+    while (code := _commit_once(c, group, offset)) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+        assert time.monotonic() < deadline, "the offsets log did not load"
+        time.sleep(0.02)
+    return code
+
+
+def _commit_once(c: Client, group: str, offset: int) -> int:
+    c.send(
+        OffsetCommitRequest(
+            group_id=group,
+            topics=[
+                OffsetCommitRequestTopic(
+                    "t",
+                    [
+                        OffsetCommitRequestPartition(p, offset, committed_metadata=f"o{offset}")
+                        for p in range(PARTITIONS)
+                    ],
+                )
+            ],
+        ),
+        2,
+    )
+    response = c.receive(ApiKey.OFFSET_COMMIT, 2)
+    codes = {p.error_code for t in response.topics for p in t.partitions}
+    assert len(codes) == 1
+    return codes.pop()
+
+
+def committed(c: Client, group: str) -> dict[int, int]:
+    deadline = time.monotonic() + 15
+    while True:
+        c.send(
+            OffsetFetchRequest(group_id=group, topics=[OffsetFetchRequestTopic("t", [0, 1, 2, 3])]),
+            3,
+        )
+        response = c.receive(ApiKey.OFFSET_FETCH, 3)
+        if response.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            break
+        assert time.monotonic() < deadline, "the offsets log did not load"
+        time.sleep(0.05)
+    assert response.error_code == 0
+    return {p.partition_index: p.committed_offset for t in response.topics for p in t.partitions}
+
+
+def committer(
+    server: RunningServer, group: str, start: int, acked: dict[str, int], stop: threading.Event
+) -> None:
+    """Commit start + 1, start + 2, ... until stopped; `acked` gets the last acknowledged."""
+    c = Client(server)
+    offset = start
+    try:
+        while not stop.is_set():
+            offset += 1
+            code = commit(c, group, offset)
+            assert code == 0, code
+            acked[group] = offset  # the server said it is durable
+    except (ConnectionError, OSError):
+        pass  # killed mid-request: that commit was never acknowledged
+    finally:
+        c.sock.close()
+
+
+@pytest.mark.parametrize("fsync", ["always", "batch"])
+def test_acknowledged_commits_survive_sigkill(tmp_path: Path, fsync: str) -> None:
+    rng = random.Random(fsync)
+    groups = [f"g{i}" for i in range(4)]
+    history: list[dict[str, int]] = []
+    for _ in range(5):
+        acked: dict[str, int] = {}
+        with fastcoord_server(tmp_path, "--fsync", fsync) as server:
+            before = {g: committed(Client(server), g).get(0, -1) for g in groups}
+            for g in groups:  # what the last round acknowledged is still there
+                assert before[g] >= (history[-1].get(g, -1) if history else -1)
+            stop = threading.Event()
+            threads = [
+                threading.Thread(target=committer, args=(server, g, before[g], acked, stop))
+                for g in groups
+            ]
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 15
+            while len(acked) < len(groups) and time.monotonic() < deadline:
+                time.sleep(0.01)  # every committer under way (the log may still be loading)
+            time.sleep(rng.uniform(0.05, 0.8))
+            server.process.send_signal(signal.SIGKILL)  # at a random moment
+            server.process.wait(timeout=10)
+            stop.set()
+            for t in threads:
+                t.join(timeout=10)
+        assert acked, "no commit was acknowledged before the kill"
+        history.append({g: max(acked.get(g, -1), before[g]) for g in groups})
+    with fastcoord_server(tmp_path, "--fsync", fsync) as server:
+        c = Client(server)
+        for g in groups:
+            offsets = committed(c, g)
+            assert set(offsets) == set(range(PARTITIONS))
+            # Every acknowledged commit is there (a later one may be too: written, but
+            # killed before its answer left).
+            assert min(offsets.values()) >= history[-1][g]
+
+
+def test_a_second_server_on_the_same_data_dir_refuses_to_start(tmp_path: Path) -> None:
+    with fastcoord_server(tmp_path):
+        second = refused_start(tmp_path)
+    assert second.returncode == 2
+    assert "in use by another fastcoord server" in second.stderr + second.stdout
+
+
+def test_a_damaged_log_is_refused_until_the_operator_truncates(tmp_path: Path) -> None:
+    with fastcoord_server(tmp_path) as server:
+        c = Client(server)
+        for offset in range(1, 6):
+            assert commit(c, "g", offset) == 0
+        c.sock.close()
+    [file] = sorted(directory(tmp_path / "data", 0).parent.glob("__consumer_offsets-*/*.log"))
+    data = bytearray(file.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # in the middle: not a torn tail
+    file.write_bytes(bytes(data))
+    refused = refused_start(tmp_path)
+    assert refused.returncode == 2
+    assert str(file) in refused.stderr and "damaged record at byte" in refused.stderr
+    with fastcoord_server(tmp_path, "--log-truncate-damaged", "true") as server:
+        kept = committed(Client(server), "g")
+        assert 1 <= kept[0] < 5  # the commits before the damage, none after
+    assert "truncating the log there, as asked" in server.log()
+
+
+def test_deleted_groups_stay_deleted_after_a_restart(tmp_path: Path) -> None:
+    with fastcoord_server(tmp_path) as server:
+        c = Client(server)
+        assert commit(c, "gone", 7) == 0 and commit(c, "kept", 8) == 0
+        c.send(DeleteGroupsRequest(groups_names=["gone"]), 2)
+        [result] = c.receive(ApiKey.DELETE_GROUPS, 2).results
+        assert result.error_code == 0
+    with fastcoord_server(tmp_path) as server:  # the tombstones were replayed
+        c = Client(server)
+        assert committed(c, "gone") == dict.fromkeys(range(PARTITIONS), -1)
+        assert committed(c, "kept") == dict.fromkeys(range(PARTITIONS), 8)
+
+
+def _limit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # a disk that fills up at 4 KiB
+
+
+def test_a_full_disk_refuses_commits_and_heartbeats_go_on(tmp_path: Path) -> None:
+    with fastcoord_server(
+        tmp_path,
+        "--event-log",
+        "false",
+        "--group-initial-rebalance-delay-ms",
+        "0",
+        preexec_fn=_limit_file_size,
+    ) as server:
+        good, member_id = member(server)
+        c = Client(server)
+        codes = [commit(c, "g2", offset) for offset in range(1, 60)]
+        assert codes[0] == 0
+        assert ErrorCode.COORDINATOR_NOT_AVAILABLE in codes  # never acknowledged
+        first_refused = codes.index(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        assert set(codes[first_refused:]) == {ErrorCode.COORDINATOR_NOT_AVAILABLE}
+        assert heartbeat_ok(good, member_id)
+        assert committed(c, "g2")[0] == first_refused  # the last acknowledged one
+        assert server.process.poll() is None
+    assert server.log().count("cannot write the offsets log") == 1  # once per interval
