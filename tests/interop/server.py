@@ -1,7 +1,8 @@
 """Start the real `fastcoord serve` as a subprocess on a free loopback port, and stop it.
 
 Tests talk to it with real clients. The server prints `listening on HOST:PORT`; the
-fixture reads the port from that line and stops the process by PID at the end.
+fixture reads the port from that line, waits (unless told not to) until the server has
+loaded its offsets log, and stops the process by PID at the end.
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ def refused_start(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str
 
 @contextmanager
 def fastcoord_server(
-    tmp_path: Path, *args: str, preexec_fn: Callable[[], None] | None = None
+    tmp_path: Path,
+    *args: str,
+    preexec_fn: Callable[[], None] | None = None,
+    wait_loaded: bool = True,
 ) -> Iterator[RunningServer]:
     log_path = tmp_path / "server.log"
     with open(log_path, "w") as log:
@@ -77,7 +81,11 @@ def fastcoord_server(
             preexec_fn=preexec_fn,  # e.g. a resource limit that a fault test needs
         )
     try:
-        port = _wait_for_port(process, log_path)
+        port = int(_wait_for(r"listening on 127\.0\.0\.1:(\d+)", process, log_path))
+        if wait_loaded:
+            # It answers at once, but COORDINATOR_LOAD_IN_PROGRESS until its log is loaded;
+            # clients retry that, most tests would rather not.
+            _wait_for(r"loaded (\d+) records", process, log_path)
         yield RunningServer(process, port, log_path)
     finally:
         if process.poll() is None:
@@ -89,13 +97,13 @@ def fastcoord_server(
                 process.wait(timeout=10)
 
 
-def _wait_for_port(process: subprocess.Popen[str], log_path: Path) -> int:
+def _wait_for(pattern: str, process: subprocess.Popen[str], log_path: Path) -> str:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        match = re.search(r"listening on 127\.0\.0\.1:(\d+)", log_path.read_text())
+        match = re.search(pattern, log_path.read_text())
         if match:
-            return int(match.group(1))
+            return match.group(1)
         if process.poll() is not None:
             raise RuntimeError(f"fastcoord serve exited early:\n{log_path.read_text()}")
-        time.sleep(0.05)
-    raise TimeoutError(f"fastcoord serve did not start:\n{log_path.read_text()}")
+        time.sleep(0.02)
+    raise TimeoutError(f"fastcoord serve did not log {pattern!r}:\n{log_path.read_text()}")

@@ -102,7 +102,9 @@ def test_acknowledged_commits_survive_sigkill(tmp_path: Path, fsync: str) -> Non
     history: list[dict[str, int]] = []
     for _ in range(5):
         acked: dict[str, int] = {}
-        with fastcoord_server(tmp_path, "--fsync", fsync) as server:
+        # Not waiting for the load: the committers start at once and retry
+        # COORDINATOR_LOAD_IN_PROGRESS, as clients of a restarted coordinator do.
+        with fastcoord_server(tmp_path, "--fsync", fsync, wait_loaded=False) as server:
             before = {g: committed(Client(server), g).get(0, -1) for g in groups}
             for g in groups:  # what the last round acknowledged is still there
                 assert before[g] >= (history[-1].get(g, -1) if history else -1)
