@@ -22,10 +22,10 @@ aiokafka's and kafka-python's implementations.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_Check
-from cpython.bytes cimport PyBytes_Check
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.memoryview cimport PyMemoryView_Check
-from libc.stdint cimport uint32_t
+from libc.stdint cimport uint32_t, uint64_t
 
 import operator
 
@@ -155,3 +155,39 @@ def crc32c(object data, object crc=0) -> int:
 def _crc32c_table(object data, object crc=0) -> int:
     """crc32c by the slicing-by-8 table even on a CPU with SSE4.2, so that tests reach it."""
     return _crc32c(data, crc, False)
+
+
+cdef inline uint32_t _load_be32(const unsigned char* p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+
+
+def walk_frames(bytes data, Py_ssize_t start=0, Py_ssize_t max_payload=0x7FFFFFFF):
+    """Walk CRC-framed records (see the twin, fastcoord/storage/crc32c.py): the payload
+    spans of the good frames from `start`, where the walk stopped, and why."""
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+    cdef Py_ssize_t pos = start
+    cdef uint32_t length, expected, actual
+    spans = []
+    reason = None
+    if start < 0 or start > n:
+        raise ValueError("start is outside data")
+    while pos < n:
+        if n - pos < 8:
+            reason = f"{n - pos} bytes, less than a frame header"
+            break
+        length = _load_be32(p + pos)
+        expected = _load_be32(p + pos + 4)
+        if length > <uint64_t>max_payload:
+            reason = f"a length of {length} bytes"
+            break
+        if <uint64_t>(n - pos - 8) < length:
+            reason = f"a frame of {length} bytes with only {n - pos - 8} written"
+            break
+        actual = _update(MASK32, p + pos + 8, length, _sse42) ^ MASK32
+        if actual != expected:
+            reason = f"CRC32C {actual:#010x}, expected {expected:#010x}"
+            break
+        spans.append((pos + 8, pos + 8 + length))
+        pos += 8 + length
+    return spans, pos, reason

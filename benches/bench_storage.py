@@ -1,17 +1,27 @@
-"""CRC-32C speed, compiled (_ext/crc32c.pyx: SSE4.2 where the CPU has it, and its slicing-by-8
-table forced) against the pure-Python twin (storage/crc32c.py) in the same run.
+"""The storage's speed. CRC-32C, compiled (_ext/crc32c.pyx: SSE4.2 where the CPU has it,
+and its slicing-by-8 table forced) against the pure-Python twin (storage/crc32c.py) in the
+same run.
 
-MB/s = size / time. Inputs are built once at import and the class has no `setup`, for the
+MB/s = size / time. Recovery of a log of 1M committed offsets (issue 5's aim: under 3 s).
+CRC inputs are built once at import and the class has no `setup`, for the
 reason given in bench_protocol.py (asv#966).
 """
 
 from __future__ import annotations
 
+import atexit
 import random
+import shutil
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 from fastcoord._ext import crc32c as compiled  # type: ignore[attr-defined]
+from fastcoord.core.config import GroupConfig
+from fastcoord.core.coordinator import Coordinator
 from fastcoord.storage import crc32c as twin
+from fastcoord.storage import segment
+from fastcoord.storage.log import PartitionLog
 
 from .common import SEED, scaled
 
@@ -35,3 +45,59 @@ class Crc32c:
 
     def time_crc32c(self, size: int, impl: str) -> None:
         IMPLS[impl](DATA[size])
+
+
+# -- recovery: a log of 1M committed offsets, read back and replayed into the core ---------
+
+RECOVERY_OFFSETS = scaled(1_000_000)
+
+
+def _write_log(path: Path, count: int) -> None:
+    """`count` offset commits of 1,000 groups (a consumer fleet committing as it goes), in
+    one partition's log, as the appender writes them."""
+    from fastcoord.core.records import OffsetCommitKey, OffsetCommitValue, Record
+
+    log = PartitionLog(path, 1 << 30)
+    log.recover()
+    batch: list[Record] = []
+    for i in range(count):
+        group, partition = divmod(i % 1_000_000, 1_000)
+        batch.append(
+            Record(
+                OffsetCommitKey(f"group-{group % 1_000}", f"topic-{partition % 10}", partition),
+                OffsetCommitValue(i, -1, "", 1_763_700_000_000 + i),
+            )
+        )
+        if len(batch) == 10_000:
+            log.append(segment.encode_all(batch), len(batch))
+            batch = []
+    if batch:
+        log.append(segment.encode_all(batch), len(batch))
+    log.sync()
+    log.close()
+
+
+class Recovery:
+    """Start-up time for the issue's 1M committed offsets (aim: under 3 s): read and check
+    the segment (CRC32C, decode), then replay every record into a fresh Coordinator."""
+
+    timeout = 300
+    number = 1
+    repeat = 3
+
+    def setup_cache(self) -> str:
+        directory = tempfile.mkdtemp(prefix="fastcoord-bench-recovery-")
+        atexit.register(shutil.rmtree, directory, True)
+        _write_log(Path(directory), RECOVERY_OFFSETS)
+        return directory
+
+    def time_read(self, directory: str) -> None:
+        records = PartitionLog(Path(directory), 1 << 30).recover()
+        assert len(records) == RECOVERY_OFFSETS
+
+    def time_read_and_replay(self, directory: str) -> None:
+        records = PartitionLog(Path(directory), 1 << 30).recover()
+        co = Coordinator(GroupConfig(), now_ms=0)
+        for record in records:
+            co.replay(record, 0, loading=True)
+        assert sum(len(g.offsets) for g in co.groups.values()) == min(RECOVERY_OFFSETS, 1_000_000)

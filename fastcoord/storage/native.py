@@ -19,5 +19,9 @@ class Crc32cModule(Protocol):
 
     def crc32c(self, data: Bytes, crc: int = 0) -> int: ...
 
+    def walk_frames(
+        self, data: bytes, start: int = 0, max_payload: int = 0x7FFFFFFF
+    ) -> tuple[list[tuple[int, int]], int, str | None]: ...
+
 
 crc32c = cast(Crc32cModule, _accel.load("crc32c", "fastcoord.storage.crc32c"))

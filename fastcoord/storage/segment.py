@@ -56,53 +56,34 @@ class Scan:
     damage: Damage | None
 
 
-def scan(data: bytes | memoryview, start: int = 0) -> Scan:
+def scan(data: bytes, start: int = 0) -> Scan:
     """Read every good frame from `start`; stop at the first damaged one."""
+    spans, stop, reason = crc32c.walk_frames(data, start, MAX_PAYLOAD)
     view = memoryview(data)
-    end = len(view)
-    position = start
+    decode = _decoder.decode
     records: list[Record] = []
-    while position < end:
-        damage = _check(view, position, end)
-        if isinstance(damage, str):
-            # A torn write leaves a prefix of a frame at the very end. Damage with a good
-            # frame anywhere after it (a flipped length may claim to reach past the end) is
-            # damage in the middle.
-            at_end = not _good_frame_after(view, position, end)
-            return Scan(records, position, Damage(position, damage, at_end))
-        length = damage
-        payload = view[position + HEADER.size : position + HEADER.size + length]
-        try:
-            records.append(_decoder.decode(payload))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            # The CRC matched, so these bytes are what was written: a bug, not a crash.
-            at_end = position + HEADER.size + length >= end
-            return Scan(records, position, Damage(position, f"undecodable record: {exc}", at_end))
-        position += HEADER.size + length
-    return Scan(records, position, None)
+    try:
+        for begin, end in spans:
+            records.append(decode(view[begin:end]))
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        # The CRC matched, so these bytes are what was written: a bug, not a crash.
+        position = begin - HEADER.size
+        return Scan(
+            records, position, Damage(position, f"undecodable record: {exc}", end >= len(data))
+        )
+    if reason is None:
+        return Scan(records, stop, None)
+    # A torn write leaves a prefix of a frame at the very end. Damage with a good frame
+    # anywhere after it (a flipped length may claim to reach past the end) is damage in
+    # the middle.
+    return Scan(records, stop, Damage(stop, reason, not _good_frame_after(data, stop)))
 
 
-def _good_frame_after(view: memoryview, position: int, end: int) -> bool:
+def _good_frame_after(data: bytes, position: int) -> bool:
+    end = len(data)
     if end - position < HEADER.size:
         return False  # not even a header: nothing can follow
-    frame_end = position + HEADER.size + HEADER.unpack_from(view, position)[0]
+    frame_end = position + HEADER.size + HEADER.unpack_from(data, position)[0]
     if frame_end < end:
         return True  # the damaged frame ends before the data does: more was written after it
-    return any(isinstance(_check(view, q, end), int) for q in range(position + 1, end))
-
-
-def _check(view: memoryview, position: int, end: int) -> int | str:
-    """The payload length of the good frame at `position`, or why it is not good."""
-    if end - position < HEADER.size:
-        return f"{end - position} bytes, less than a frame header"
-    length: int
-    crc: int
-    length, crc = HEADER.unpack_from(view, position)
-    if length > MAX_PAYLOAD:
-        return f"a length of {length} bytes"
-    if end - position - HEADER.size < length:
-        return f"a frame of {length} bytes with only {end - position - HEADER.size} written"
-    actual = crc32c.crc32c(view[position + HEADER.size : position + HEADER.size + length])
-    if actual != crc:
-        return f"CRC32C {actual:#010x}, expected {crc:#010x}"
-    return length
+    return any(crc32c.walk_frames(data, q, MAX_PAYLOAD)[0] for q in range(position + 1, end))
