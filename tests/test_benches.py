@@ -7,6 +7,7 @@ import inspect
 import itertools
 import os
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +34,8 @@ def test_there_are_benchmarks() -> None:
 
 
 @pytest.mark.parametrize("cls", BENCHMARK_CLASSES, ids=lambda c: c.__name__)
-def test_benchmark_runs(cls: type) -> None:
+def test_benchmark_runs(cls: type, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # as asv, which runs benchmarks in a scratch directory
     params = getattr(cls, "params", ())
     # As asv does: setup_cache runs once, and its result comes first to setup and benchmarks.
     cache = (cls().setup_cache(),) if hasattr(cls, "setup_cache") else ()
