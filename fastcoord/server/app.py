@@ -70,7 +70,6 @@ class Server:
         self._next_fetch = 0
         self.connections: set[Connection] = set()
         self.store = store
-        self.fatal: str | None = None  # why the server must stop (a damaged log)
         self.event_log: EventLog | None = None
         self._timers_changed = trio.Event()
         self._no_connections = trio.Event()
@@ -169,11 +168,8 @@ class Server:
         started = time.monotonic()
         total = 0
         for partition in partitions:
-            try:
-                records = await trio.to_thread.run_sync(self.store.recover, partition)
-            except LogCorruption as exc:
-                self.fatal = str(exc)
-                raise
+            # LogCorruption ends the server: run() reports it and exits 2.
+            records = await trio.to_thread.run_sync(self.store.recover, partition)
             t = now_ms()
             for i, record in enumerate(records):
                 co.replay(record, t, loading=True)
@@ -371,15 +367,12 @@ def run(config: ServerConfig) -> int:
     except DataDirLocked as exc:
         log.error("cannot start: %s", exc)
         return 2
-    except BaseExceptionGroup as group:
+    except BaseExceptionGroup as group:  # the load task's LogCorruption, from the nursery
         corrupt: BaseException | None = group.subgroup(LogCorruption)
         if corrupt is None:
             raise
         while isinstance(corrupt, BaseExceptionGroup):
             corrupt = corrupt.exceptions[0]
         log.error("cannot start: %s", corrupt)
-        return 2
-    except LogCorruption as exc:
-        log.error("cannot start: %s", exc)
         return 2
     return 0

@@ -148,7 +148,8 @@ def crc32c(data: Bytes, crc: int = 0) -> int:
     return _update_chunks(state, view) ^ MASK32
 
 
-_HEADER = struct.Struct(">II")  # payload length, CRC-32C of the payload
+# A frame of the offsets log: payload length, CRC-32C of the payload (storage/segment.py).
+FRAME_HEADER = struct.Struct(">II")
 
 
 def walk_frames(
@@ -168,16 +169,16 @@ def walk_frames(
     pos, n = start, len(data)
     view = memoryview(data)
     while pos < n:
-        if n - pos < _HEADER.size:
+        if n - pos < FRAME_HEADER.size:
             return spans, pos, f"{n - pos} bytes, less than a frame header"
-        length, expected = _HEADER.unpack_from(data, pos)
+        length, expected = FRAME_HEADER.unpack_from(data, pos)
         if length > max_payload:
             return spans, pos, f"a length of {length} bytes"
-        if n - pos - _HEADER.size < length:
+        if n - pos - FRAME_HEADER.size < length:
             return spans, pos, f"a frame of {length} bytes with only {n - pos - 8} written"
-        actual = crc32c(view[pos + _HEADER.size : pos + _HEADER.size + length])
+        actual = crc32c(view[pos + FRAME_HEADER.size : pos + FRAME_HEADER.size + length])
         if actual != expected:
             return spans, pos, f"CRC32C {actual:#010x}, expected {expected:#010x}"
-        spans.append((pos + _HEADER.size, pos + _HEADER.size + length))
-        pos += _HEADER.size + length
+        spans.append((pos + FRAME_HEADER.size, pos + FRAME_HEADER.size + length))
+        pos += FRAME_HEADER.size + length
     return spans, pos, None

@@ -14,15 +14,14 @@ only an operator may decide to cut away.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 import msgspec
 
 from fastcoord.core.records import Record
+from fastcoord.storage.crc32c import FRAME_HEADER
 from fastcoord.storage.native import crc32c
 
-HEADER = struct.Struct(">II")  # payload length, CRC32C of the payload
 # A record holds a group's metadata with its members' subscriptions and assignments; a
 # length beyond this is damage, not a record.
 MAX_PAYLOAD = 256 << 20
@@ -33,7 +32,7 @@ _decoder = msgspec.msgpack.Decoder(Record)
 
 def encode(record: Record) -> bytes:
     payload = _encoder.encode(record)
-    return HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
+    return FRAME_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
 def encode_all(records: list[Record]) -> bytes:
@@ -67,7 +66,7 @@ def scan(data: bytes, start: int = 0) -> Scan:
             records.append(decode(view[begin:end]))
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         # The CRC matched, so these bytes are what was written: a bug, not a crash.
-        position = begin - HEADER.size
+        position = begin - FRAME_HEADER.size
         return Scan(
             records, position, Damage(position, f"undecodable record: {exc}", end >= len(data))
         )
@@ -81,9 +80,9 @@ def scan(data: bytes, start: int = 0) -> Scan:
 
 def _good_frame_after(data: bytes, position: int) -> bool:
     end = len(data)
-    if end - position < HEADER.size:
+    if end - position < FRAME_HEADER.size:
         return False  # not even a header: nothing can follow
-    frame_end = position + HEADER.size + HEADER.unpack_from(data, position)[0]
+    frame_end = position + FRAME_HEADER.size + FRAME_HEADER.unpack_from(data, position)[0]
     if frame_end < end:
         return True  # the damaged frame ends before the data does: more was written after it
     return any(crc32c.walk_frames(data, q, MAX_PAYLOAD)[0] for q in range(position + 1, end))

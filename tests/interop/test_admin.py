@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -33,19 +32,16 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata, TopicPartition
 
+from fastcoord.protocol.errors import ErrorCode
+from tests.interop import groups
+from tests.interop.groups import PARTITIONS, TOPIC  # the live group subscribes to TOPIC
 from tests.interop.server import RunningServer, fastcoord_server
 
-TOPIC = "events"  # the live group subscribes to it
-PARTITIONS = 12
 OTHER = "audit"  # a topic the live group commits to but does not subscribe to
 OTHER_PARTITIONS = 4
 SESSION_TIMEOUT_MS = 6000
 HEARTBEAT_INTERVAL_MS = 500
 TIMEOUT_S = 10  # each admin call, and each wait for a group to settle
-
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-GROUP_SUBSCRIBED_TO_TOPIC = 86
 
 
 @pytest.fixture
@@ -170,19 +166,7 @@ class ConfluentMember(Member):
 
 
 def settle(members: list[Member]) -> list[set[int]]:
-    """Wait until the members' assignments cover TOPIC once, disjointly, none empty."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        owned = [set(m.owned) for m in members]
-        if (
-            all(owned)
-            and set().union(*owned) == set(range(PARTITIONS))
-            and sum(len(o) for o in owned) == PARTITIONS
-        ):
-            return owned
-        if time.monotonic() > deadline:
-            raise AssertionError(f"assignments did not settle: {owned}")
-        time.sleep(0.02)
+    return groups.settle(members, TIMEOUT_S)
 
 
 Offsets = dict[tuple[str, int], tuple[int, str]]  # (topic, partition) -> (offset, metadata)
@@ -313,7 +297,7 @@ def test_kafka_python_admin_reads_and_deletes_offsets(
         TopicPartition(TOPIC, 0): kafka.errors.GroupSubscribedToTopicError,
         TopicPartition(OTHER, 0): kafka.errors.NoError,
     }
-    assert kafka.errors.GroupSubscribedToTopicError.errno == GROUP_SUBSCRIBED_TO_TOPIC
+    assert kafka.errors.GroupSubscribedToTopicError.errno == ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
     # An Empty group's offsets can all go, and offsets never committed are no error.
     deleted = admin.delete_group_offsets(
         "empty", [TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 7)]
@@ -341,8 +325,8 @@ def test_kafka_python_admin_deletes_only_empty_groups(
         "empty": "OK",
         "nope": "GroupIdNotFoundError",
     }
-    assert kafka.errors.NonEmptyGroupError.errno == NON_EMPTY_GROUP
-    assert kafka.errors.GroupIdNotFoundError.errno == GROUP_ID_NOT_FOUND
+    assert kafka.errors.NonEmptyGroupError.errno == ErrorCode.NON_EMPTY_GROUP
+    assert kafka.errors.GroupIdNotFoundError.errno == ErrorCode.GROUP_ID_NOT_FOUND
     # The deleted group is gone with its offsets; the live one is untouched.
     assert [g["group_id"] for g in admin.list_groups()] == ["live"]
     assert admin.describe_groups(["empty"])["empty"]["group_state"] == "Dead"
@@ -454,8 +438,8 @@ def test_confluent_admin_reads_offsets_and_deletes_only_empty_groups(
         "nope": KafkaError.GROUP_ID_NOT_FOUND,
     }
     assert (KafkaError.NON_EMPTY_GROUP, KafkaError.GROUP_ID_NOT_FOUND) == (
-        NON_EMPTY_GROUP,
-        GROUP_ID_NOT_FOUND,
+        ErrorCode.NON_EMPTY_GROUP,
+        ErrorCode.GROUP_ID_NOT_FOUND,
     )
     listed = admin.list_consumer_groups(request_timeout=TIMEOUT_S).result(timeout=TIMEOUT_S)
     assert [g.group_id for g in listed.valid] == ["live"]

@@ -14,19 +14,16 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
-from tests.interop.server import RunningServer, fastcoord_server
+from tests.interop.groups import PARTITIONS, TOPIC, group_server, settled
+from tests.interop.server import RunningServer
 from tests.interop.victim_proc import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, Victim
 
-TOPIC = "events"
-PARTITIONS = 12
 TEST_DEADLINE_S = 30
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RunningServer]:
-    with fastcoord_server(
-        tmp_path, "--group-initial-rebalance-delay-ms", "0", "--topic", f"{TOPIC}:{PARTITIONS}"
-    ) as running:
+    with group_server(tmp_path) as running:
         yield running
 
 
@@ -71,24 +68,14 @@ class Member:
         await self.consumer.stop()
 
 
-def covered_once(owned: list[set[int]]) -> bool:
-    return (
-        all(owned)
-        and set().union(*owned) == set(range(PARTITIONS))
-        and sum(len(o) for o in owned) == PARTITIONS
-    )
-
-
 async def settle(owners: list[Any], timeout_s: float = 20) -> list[set[int]]:
-    """Wait until the owners' assignments cover the topic once, disjointly, none empty."""
+    """groups.settle, waiting on the event loop."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        owned = [set(o.owned) for o in owners]
-        if covered_once(owned):
-            return owned
+    while (owned := settled(owners)) is None:
         if time.monotonic() > deadline:
-            raise AssertionError(f"assignments did not settle within {timeout_s} s: {owned}")
+            raise AssertionError(f"assignments did not settle within {timeout_s} s")
         await asyncio.sleep(0.02)
+    return owned
 
 
 def test_a_group_forms_grows_shrinks_and_keeps_its_offsets(server: RunningServer) -> None:

@@ -23,19 +23,15 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.interop.server import RunningServer, fastcoord_server
+from tests.interop.groups import PARTITIONS, TOPIC, covers_once, group_server
+from tests.interop.server import RunningServer
 
-TOPIC = "events"
-PARTITIONS = 12
-ALL = frozenset(range(PARTITIONS))
 CONSUMER_PROC = Path(__file__).with_name("confluent_proc.py")
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RunningServer]:
-    with fastcoord_server(
-        tmp_path, "--group-initial-rebalance-delay-ms", "0", "--topic", f"{TOPIC}:{PARTITIONS}"
-    ) as running:
+    with group_server(tmp_path) as running:
         yield running
 
 
@@ -206,11 +202,7 @@ def settle(
     deadline = time.monotonic() + timeout_s
     while True:
         owned = [m.owned for m in members]
-        if (
-            frozenset().union(*owned) == ALL
-            and sum(len(o) for o in owned) == PARTITIONS
-            and sorted(len(o) for o in owned) == sorted(sizes)
-        ):
+        if covers_once(owned) and sorted(len(o) for o in owned) == sorted(sizes):
             return owned
         if time.monotonic() > deadline:
             named = {m.name: sorted(o) for m, o in zip(members, owned, strict=True)}
