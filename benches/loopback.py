@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -515,7 +515,10 @@ def _start(name: str, argv: list[str], core: int | None) -> Peer:
         raise
 
 
-def start_fastcoord(core: int | None) -> Peer:
+def start_fastcoord(core: int | None, extra_args: Sequence[str] = ()) -> Peer:
+    """`fastcoord serve` on 127.0.0.1, port 0, its data directory in the peer's temporary
+    working directory (on the disk that holds the system's temporary directory); settings
+    in `extra_args` (e.g. `("--fsync", "always")`) come after the defaults, and win."""
     data_dir = "data"  # relative to the peer's temporary working directory
     return _start(
         "fastcoord",
@@ -536,6 +539,7 @@ def start_fastcoord(core: int | None) -> Peer:
             # thread) then falls in the warm-up rather than in a measurement.
             "--event-log-flush-ms",
             "100",
+            *extra_args,
         ],
         core,
     )
