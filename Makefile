@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test test-ext test-twins lint bench debug compile clean
+.PHONY: serve test test-ext test-twins test-slow lint bench debug compile clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.h)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ test-ext: $(STAMP)
 
 test-twins: $(STAMP)
 	FASTCOORD_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: $(STAMP) compile  ## long checks (many SIGKILL rounds): CI runs them as a job of their own
+	$(BIN)/python -m pytest -q -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check fastcoord tests benches setup.py

@@ -55,7 +55,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
                 help="declare a topic (repeatable); others are created on first request",
             )
             continue
-        convert: Any = _bool if tp is bool else int if tp is int else str
+        convert: Any = {bool: _bool, int: int, float: float}.get(tp, str)
         parser.add_argument(
             flag, dest=attr, type=convert, default=None, help=f"{name} (default {default!r})"
         )

@@ -60,6 +60,11 @@ class ServerConfig(
     group_coordinator_append_linger_ms: Ms = 5
     offsets_topic_segment_bytes: Annotated[int, msgspec.Meta(ge=1024, le=INT32_MAX)] = 104_857_600
     log_truncate_damaged: bool = False  # cut a log at damage in its middle (loses data)
+    # Compaction (Kafka's log cleaner): keep the latest record per key in closed segments.
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: Positive = 15_000  # how often partitions are checked
+    log_cleaner_min_cleanable_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.5
+    log_cleaner_delete_retention_ms: Ms = 86_400_000  # how long tombstones are kept
     # Logging and the event log.
     log_level: str = "INFO"
     event_log: bool = True  # Parquet files of coordinator events under DATA_DIR/events
@@ -139,7 +144,8 @@ def allowed(setting: str) -> str:
             metas = [m for m in getattr(tp, "__metadata__", ()) if isinstance(m, msgspec.Meta)]
             base = typing.get_args(tp)[0] if metas else tp
             if metas:
-                return f"an integer from {metas[0].ge} to {metas[0].le}"
+                kind = "a number" if base is float else "an integer"
+                return f"{kind} from {metas[0].ge} to {metas[0].le}"
             if typing.get_origin(base) is Literal:
                 return "one of " + ", ".join(typing.get_args(base))
             return f"a {getattr(base, '__name__', str(base))}"

@@ -933,9 +933,18 @@ def replay_group(
     """
     group = co.groups.get(group_id)
     if value is None:
+        if group is not None and group.members and loading:
+            # At load the latest record of a key is what counts, as in Kafka's loading (and
+            # as compaction, which keeps only that record, assumes): the group goes.
+            for member_id in list(group.members):
+                co.cancel(("heartbeat", group_id, member_id))
+                group.remove(member_id)
+            group.state = EMPTY
         if group is not None and not group.members:
             if group.offsets:
+                # What is left is a group of offsets alone, as Kafka loads one.
                 group.generation_id, group.protocol_name, group.leader_id = 0, None, None
+                group.protocol_type = None
             else:
                 del co.groups[group_id]
                 group.release()

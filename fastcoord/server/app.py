@@ -48,9 +48,10 @@ from fastcoord.protocol.versions import api_versions_response
 from fastcoord.server.broker import Broker
 from fastcoord.server.connection import Connection, Slot
 from fastcoord.server.event_log import EventLog
+from fastcoord.server.load_progress import LoadProgress
 from fastcoord.storage.lock import DataDirLocked
 from fastcoord.storage.log import LogCorruption
-from fastcoord.storage.store import OffsetsStore
+from fastcoord.storage.store import LogCleanerSettings, OffsetsStore
 
 log = logging.getLogger("fastcoord.server")
 events_log = logging.getLogger("fastcoord.events")
@@ -167,16 +168,24 @@ class Server:
         co.loading_partitions.update(partitions)
         started = time.monotonic()
         total = 0
-        for partition in partitions:
-            # LogCorruption ends the server: run() reports it and exits 2.
-            records = await trio.to_thread.run_sync(self.store.recover, partition)
-            t = now_ms()
-            for i, record in enumerate(records):
-                co.replay(record, t, loading=True)
-                if i % 10_000 == 9_999:
-                    await trio.lowlevel.checkpoint()  # a big log must not stall heartbeats
-            total += len(records)
-            co.loading_partitions.discard(partition)
+        sizes = await trio.to_thread.run_sync(self.store.log_bytes)
+        with LoadProgress(sum(sizes.values()), len(partitions)) as progress:
+            for partition in partitions:
+                # LogCorruption ends the server: run() reports it and exits 2.
+                records = await trio.to_thread.run_sync(self.store.recover, partition)
+                progress.advance(sizes[partition])
+                t = now_ms()
+                step = sizes[partition] / max(1, len(records))
+                for i, record in enumerate(records):
+                    co.replay(record, t, loading=True)
+                    if i % 10_000 == 9_999:
+                        progress.advance(10_000 * step)
+                        await trio.lowlevel.checkpoint()  # a big log must not stall heartbeats
+                progress.advance(len(records) % 10_000 * step)
+                progress.partition_done(partition + 1)
+                total += len(records)
+                co.loading_partitions.discard(partition)
+                self.store.loaded(partition)
         self._timers_changed.set()  # loaded members' sessions have started
         log.info(
             "loaded %d records of %d partitions in %.2f s: %d groups",
@@ -305,6 +314,13 @@ async def serve(config: ServerConfig, task_status: Any = trio.TASK_STATUS_IGNORE
             config.fsync,
             config.group_coordinator_append_linger_ms,
             config.log_truncate_damaged,
+            LogCleanerSettings(
+                config.log_cleaner_backoff_ms,
+                config.log_cleaner_min_cleanable_ratio,
+                config.log_cleaner_delete_retention_ms,
+            )
+            if config.log_cleaner_enable
+            else None,
         )
         store.open()  # DataDirLocked: another server has this data directory
         try:
@@ -323,10 +339,12 @@ async def _serve(config: ServerConfig, store: OffsetsStore, signals: Any, task_s
     store.start(trio.lowlevel.current_trio_token().run_sync_soon, server.appended)
     print(f"listening on {config.host}:{port}", flush=True)
     log.info(
-        "offsets log: %s (fsync %s, linger %d ms)",
+        "offsets log: %s (fsync %s, linger %d ms, segments of %d bytes, cleaner %s)",
         config.data_dir,
         config.fsync,
         config.group_coordinator_append_linger_ms,
+        config.offsets_topic_segment_bytes,
+        f"every {config.log_cleaner_backoff_ms} ms" if config.log_cleaner_enable else "off",
     )
     if server.event_log is not None:
         log.info("event log: %s", server.event_log.directory)

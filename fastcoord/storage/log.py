@@ -19,6 +19,7 @@ from pathlib import Path
 
 from fastcoord.core.records import Record
 from fastcoord.storage import segment
+from fastcoord.storage.swap import fsync_directory, recover_swap
 
 log = logging.getLogger("fastcoord.storage")
 
@@ -49,6 +50,7 @@ class PartitionLog:
         self.segment_bytes = segment_bytes
         self.next_offset = 0  # offset of the next record appended
         self._active: int | None = None  # descriptor of the last segment, open to append
+        self.active_base: int | None = None  # its name; the cleaner leaves it alone
         self._active_size = 0
         self._new_segment = False  # a segment was created since the last sync
 
@@ -56,12 +58,15 @@ class PartitionLog:
 
     def recover(self, truncate_damaged: bool = False) -> list[Record]:
         """Every good record, in order; repairs a torn tail (see the module docstring)."""
+        recover_swap(self.path)  # a compaction's swap interrupted by a crash
         segments = self.segments() if self.path.exists() else []
         records: list[Record] = []
+        in_last = 0  # records in the last segment read
         for i, (_base, file) in enumerate(segments):
             data = file.read_bytes()
             scan = segment.scan(data)
             records.extend(scan.records)
+            in_last = len(scan.records)
             if scan.damage is None:
                 continue
             last = i == len(segments) - 1
@@ -79,7 +84,8 @@ class PartitionLog:
                 os.fsync(f.fileno())
             segments = segments[: i + 1]
             break
-        self.next_offset = len(records) + (segments[0][0] if segments else 0)
+        # Compaction leaves gaps in the offsets of earlier segments; the last one is whole.
+        self.next_offset = segments[-1][0] + in_last if segments else 0
         if segments:
             self._open(segments[-1][1])
         return records
@@ -121,7 +127,7 @@ class PartitionLog:
         if self._active is not None:
             os.fsync(self._active)
         if self._new_segment:
-            _fsync_directory(self.path)
+            fsync_directory(self.path)
             self._new_segment = False
 
     def close(self) -> None:
@@ -140,11 +146,4 @@ class PartitionLog:
     def _open(self, file: Path) -> None:
         self._active = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._active_size = os.fstat(self._active).st_size
-
-
-def _fsync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        self.active_base = int(file.name[: -len(SUFFIX)])

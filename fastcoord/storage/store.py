@@ -1,10 +1,12 @@
 """The offsets store: a log per coordinator partition under the data directory, the lock
-that keeps a second server out, and the appender that makes writes durable.
+that keeps a second server out, the appender that makes writes durable, and the cleaner
+that compacts what they wrote.
 
 The server opens it before it listens (a locked or damaged data directory stops the start
 with a clear error), recovers each partition's records in a worker thread while clients
 are already answered (COORDINATOR_LOAD_IN_PROGRESS for groups not yet loaded), and gives
-it each Result's records with their append token.
+it each Result's records with their append token. A partition is cleaned only once it has
+been loaded (`loaded`).
 """
 
 from __future__ import annotations
@@ -12,12 +14,20 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from fastcoord.core.records import Record
 from fastcoord.storage import segment
 from fastcoord.storage.appender import Appender, Done, Policy
+from fastcoord.storage.cleaner import LogCleaner
 from fastcoord.storage.lock import DataDirLock
 from fastcoord.storage.log import PartitionLog, directory
+
+
+class LogCleanerSettings(NamedTuple):
+    backoff_ms: int
+    min_cleanable_ratio: float
+    delete_retention_ms: int
 
 
 class OffsetsStore:
@@ -29,7 +39,9 @@ class OffsetsStore:
         policy: Policy,
         linger_ms: int,
         truncate_damaged: bool = False,
+        cleaner: LogCleanerSettings | None = None,
     ) -> None:
+        """`cleaner`: None keeps every record (log.cleaner.enable false)."""
         self.data_dir = data_dir
         self.partitions = partitions
         self.policy = policy
@@ -40,10 +52,28 @@ class OffsetsStore:
         }
         self.lock = DataDirLock(data_dir)
         self.appender: Appender | None = None
+        self.cleaner = (
+            None
+            if cleaner is None
+            else LogCleaner(
+                self.logs,
+                cleaner.backoff_ms,
+                cleaner.min_cleanable_ratio,
+                cleaner.delete_retention_ms,
+            )
+        )
 
     def open(self) -> None:
         """Take the data directory (DataDirLocked if another server has it)."""
         self.lock.acquire()
+
+    def log_bytes(self) -> dict[int, int]:
+        """The size of each partition's log (what a load will read)."""
+        out = {}
+        for partition, partition_log in self.logs.items():
+            segments = partition_log.segments() if partition_log.path.exists() else []
+            out[partition] = sum(file.stat().st_size for _, file in segments)
+        return out
 
     def recover(self, partition: int) -> list[Record]:
         """The partition's records, in order (blocking: call it from a worker thread)."""
@@ -52,6 +82,13 @@ class OffsetsStore:
     def start(self, report: Callable[[Callable[[], None]], None], done: Done) -> None:
         self.appender = Appender(self.logs, self.policy, self.linger_ms, report, done)
         self.appender.start()
+        if self.cleaner is not None:
+            self.cleaner.start()
+
+    def loaded(self, partition: int) -> None:
+        """`partition` has been recovered: the cleaner may now rewrite its closed segments."""
+        if self.cleaner is not None:
+            self.cleaner.loaded(partition)
 
     def append(self, token: int, records: list[Record], partition_of: Callable[[str], int]) -> None:
         assert self.appender is not None, "start() first"
@@ -64,7 +101,10 @@ class OffsetsStore:
         )
 
     def close(self) -> None:
-        """Finish queued writes, close the logs, release the directory."""
+        """Stop the cleaner (a pass cut short changes nothing), finish queued writes, close
+        the logs, release the directory."""
+        if self.cleaner is not None:
+            self.cleaner.close()
         if self.appender is not None:
             self.appender.close()
         else:

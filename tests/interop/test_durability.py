@@ -1,5 +1,6 @@
-"""Durability against the real server: every acknowledged commit survives SIGKILL; one
-server per data directory; a damaged log is refused, naming the file and position."""
+"""Durability against the real server: every acknowledged commit survives SIGKILL, also
+while the cleaner compacts; one server per data directory; a damaged log is refused,
+naming the file and position; deleted groups and expired offsets stay gone."""
 
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from fastcoord.core.partition import partition_for
+from fastcoord.core.records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    Record,
+)
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
@@ -22,7 +31,8 @@ from fastcoord.protocol.messages import (
     OffsetFetchRequest,
     OffsetFetchRequestTopic,
 )
-from fastcoord.storage.log import directory
+from fastcoord.storage import segment
+from fastcoord.storage.log import PartitionLog, directory
 from tests.interop.server import RunningServer, fastcoord_server, refused_start
 from tests.interop.test_raw_frames import Client, heartbeat_ok, member
 
@@ -95,16 +105,47 @@ def committer(
         c.sock.close()
 
 
-@pytest.mark.parametrize("fsync", ["always", "batch"])
-def test_acknowledged_commits_survive_sigkill(tmp_path: Path, fsync: str) -> None:
-    rng = random.Random(fsync)
+# Small segments and a cleaner that looks every 20 ms: kills land during compaction passes.
+COMPACTING = ("--offsets-topic-segment-bytes", "2048", "--log-cleaner-backoff-ms", "20")
+
+
+KILLED_SERVERS = pytest.mark.parametrize(
+    ("fsync", "extra"),
+    [("always", ()), ("batch", ()), ("batch", COMPACTING)],
+    ids=["always", "batch", "batch-compacting"],
+)
+
+
+@KILLED_SERVERS
+def test_acknowledged_commits_survive_sigkill(
+    tmp_path: Path, fsync: str, extra: tuple[str, ...]
+) -> None:
+    kill_during_commits(tmp_path, fsync, extra, rounds=5, seed=0)
+
+
+@pytest.mark.slow
+@KILLED_SERVERS
+@pytest.mark.parametrize("seed", [1, 2])
+def test_acknowledged_commits_survive_many_sigkills(
+    tmp_path: Path, fsync: str, extra: tuple[str, ...], seed: int
+) -> None:
+    kill_during_commits(tmp_path, fsync, extra, rounds=25, seed=seed)
+
+
+def kill_during_commits(
+    tmp_path: Path, fsync: str, extra: tuple[str, ...], rounds: int, seed: int
+) -> None:
+    """Rounds of: start (on the last round's data), commit from four clients, SIGKILL at a
+    random moment; every acknowledged commit must be there at the next start."""
+    rng = random.Random(f"{fsync}{extra}{seed}")
     groups = [f"g{i}" for i in range(4)]
     history: list[dict[str, int]] = []
-    for _ in range(5):
+    compactions = 0
+    for _ in range(rounds):
         acked: dict[str, int] = {}
         # Not waiting for the load: the committers start at once and retry
         # COORDINATOR_LOAD_IN_PROGRESS, as clients of a restarted coordinator do.
-        with fastcoord_server(tmp_path, "--fsync", fsync, wait_loaded=False) as server:
+        with fastcoord_server(tmp_path, "--fsync", fsync, *extra, wait_loaded=False) as server:
             before = {g: committed(Client(server), g).get(0, -1) for g in groups}
             for g in groups:  # what the last round acknowledged is still there
                 assert before[g] >= (history[-1].get(g, -1) if history else -1)
@@ -124,9 +165,10 @@ def test_acknowledged_commits_survive_sigkill(tmp_path: Path, fsync: str) -> Non
             stop.set()
             for t in threads:
                 t.join(timeout=10)
+            compactions += server.log().count("compacted __consumer_offsets-")
         assert acked, "no commit was acknowledged before the kill"
         history.append({g: max(acked.get(g, -1), before[g]) for g in groups})
-    with fastcoord_server(tmp_path, "--fsync", fsync) as server:
+    with fastcoord_server(tmp_path, "--fsync", fsync, *extra) as server:
         c = Client(server)
         for g in groups:
             offsets = committed(c, g)
@@ -134,6 +176,8 @@ def test_acknowledged_commits_survive_sigkill(tmp_path: Path, fsync: str) -> Non
             # Every acknowledged commit is there (a later one may be too: written, but
             # killed before its answer left).
             assert min(offsets.values()) >= history[-1][g]
+    if extra:
+        assert compactions >= rounds, "the cleaner hardly ran: the kills did not test it"
 
 
 def test_a_second_server_on_the_same_data_dir_refuses_to_start(tmp_path: Path) -> None:
@@ -199,3 +243,49 @@ def test_a_full_disk_refuses_commits_and_heartbeats_go_on(tmp_path: Path) -> Non
         assert committed(c, "g2")[0] == first_refused  # the last acknowledged one
         assert server.process.poll() is None
     assert server.log().count("cannot write the offsets log") == 1  # once per interval
+
+
+def test_expired_offsets_stay_expired_after_a_restart(tmp_path: Path) -> None:
+    """Offsets retention writes tombstones: a log from eight days ago, loaded by a server
+    that checks retention every 100 ms, loses its old offsets, durably; a server that
+    would not check for ten minutes finds them gone after a SIGKILL."""
+    week_ago_ms = int(time.time() * 1000) - 8 * 24 * 3600 * 1000
+    now_ms = int(time.time() * 1000)
+    old_group = Record(
+        GroupMetadataKey("old-consumers"),
+        GroupMetadataValue("consumer", 3, None, None, week_ago_ms, ()),
+    )
+
+    def offsets(group: str, offset: int, at_ms: int) -> list[Record]:
+        return [
+            Record(OffsetCommitKey(group, "t", p), OffsetCommitValue(offset, -1, "", at_ms))
+            for p in range(PARTITIONS)
+        ]
+
+    records = [
+        old_group,
+        *offsets("old-consumers", 10, week_ago_ms),
+        *offsets("old-standalone", 20, week_ago_ms),
+        *offsets("fresh", 30, now_ms),
+    ]
+    for group in ("old-consumers", "old-standalone", "fresh"):
+        log = PartitionLog(directory(tmp_path / "data", partition_for(group)), 1 << 20)
+        log.recover()
+        mine = [r for r in records if r.group_id == group]
+        log.append(segment.encode_all(mine), len(mine))
+        log.sync()
+        log.close()
+    with fastcoord_server(tmp_path, "--offsets-retention-check-interval-ms", "100") as server:
+        c = Client(server)
+        deadline = time.monotonic() + 10
+        while committed(c, "old-consumers")[0] != -1 or committed(c, "old-standalone")[0] != -1:
+            assert time.monotonic() < deadline, "old offsets did not expire"
+            time.sleep(0.05)
+        assert committed(c, "fresh") == dict.fromkeys(range(PARTITIONS), 30)
+        server.process.send_signal(signal.SIGKILL)  # the tombstones were durable before
+        server.process.wait(timeout=10)  # the offsets went from memory
+    with fastcoord_server(tmp_path) as server:  # retention checked only in ten minutes
+        c = Client(server)
+        assert committed(c, "old-consumers") == dict.fromkeys(range(PARTITIONS), -1)
+        assert committed(c, "old-standalone") == dict.fromkeys(range(PARTITIONS), -1)
+        assert committed(c, "fresh") == dict.fromkeys(range(PARTITIONS), 30)
