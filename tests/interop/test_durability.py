@@ -146,7 +146,9 @@ def kill_during_commits(
         # Not waiting for the load: the committers start at once and retry
         # COORDINATOR_LOAD_IN_PROGRESS, as clients of a restarted coordinator do.
         with fastcoord_server(tmp_path, "--fsync", fsync, *extra, wait_loaded=False) as server:
-            before = {g: committed(Client(server), g).get(0, -1) for g in groups}
+            reader = Client(server)
+            before = {g: committed(reader, g).get(0, -1) for g in groups}
+            reader.sock.close()
             for g in groups:  # what the last round acknowledged is still there
                 assert before[g] >= (history[-1].get(g, -1) if history else -1)
             stop = threading.Event()
@@ -159,6 +161,9 @@ def kill_during_commits(
             deadline = time.monotonic() + 15
             while len(acked) < len(groups) and time.monotonic() < deadline:
                 time.sleep(0.01)  # every committer under way (the log may still be loading)
+            while extra and "compacted __consumer_offsets-" not in server.log():
+                assert time.monotonic() < deadline, "the cleaner did not run"
+                time.sleep(0.01)  # the cleaner at work: the kill may land in a pass
             time.sleep(rng.uniform(0.05, 0.8))
             server.process.send_signal(signal.SIGKILL)  # at a random moment
             server.process.wait(timeout=10)
