@@ -104,30 +104,21 @@ def clean(
     if not closed:
         return None
     horizon = now_s - delete_retention_ms / 1000
-    latest = _latest_positions(closed, stopping)
+    kept, records_in, dropped = _survivors(closed, horizon, stopping)
     writer = _Writer(directory, partition_log.segment_bytes)
-    records_in = bytes_in = dropped = 0
+    bytes_in = 0
     try:
-        index = 0
-        for base, file in closed:
+        for (base, file), survivors in zip(closed, kept, strict=True):
             if stopping():
                 raise Stopped
             data = file.read_bytes()
             bytes_in += len(data)
             mtime = os.stat(file).st_mtime
-            old = mtime < horizon
             view = memoryview(data)
             spans = _spans(file, data)
-            for i, (begin, end) in enumerate(spans):
-                keyed = _decode(view[begin:end])
-                if latest[keyed.key] != index + i:
-                    continue  # a later record of this key follows
-                if old and bytes(keyed.value) == _TOMBSTONE:
-                    dropped += 1
-                    continue
+            for i in reversed(survivors):  # found last to first
+                begin, end = spans[i]
                 writer.add(base + i, view[begin - FRAME_HEADER.size : end], mtime)
-            index += len(spans)
-            records_in += len(spans)
         step("written")
         outputs = writer.finish()
         fsync_directory(directory)
@@ -160,21 +151,37 @@ def _spans(file: Path, data: bytes) -> list[tuple[int, int]]:
     return spans
 
 
-def _latest_positions(
-    closed: list[tuple[int, Path]], stopping: Callable[[], bool]
-) -> dict[RecordKey, int]:
-    """Each key's position (counting records across the closed segments) of its last record."""
-    latest: dict[RecordKey, int] = {}
-    index = 0
-    for _, file in closed:
+def _survivors(
+    closed: list[tuple[int, Path]], horizon: float, stopping: Callable[[], bool]
+) -> tuple[list[list[int]], int, int]:
+    """Which records of each closed segment to keep (indexes, last first), the records read,
+    and the tombstones dropped. Walking the log backwards, the first record met of a key is
+    its latest: one decode per record decides, and the copy after it decodes nothing."""
+    seen: set[RecordKey] = set()
+    kept: list[list[int]] = []
+    records = dropped = 0
+    for _, file in reversed(closed):
         if stopping():
             raise Stopped
         data = file.read_bytes()
+        old = os.stat(file).st_mtime < horizon
         view = memoryview(data)
-        for begin, end in _spans(file, data):
-            latest[_decode(view[begin:end]).key] = index
-            index += 1
-    return latest
+        spans = _spans(file, data)
+        records += len(spans)
+        survivors: list[int] = []
+        for i in range(len(spans) - 1, -1, -1):
+            begin, end = spans[i]
+            keyed = _decode(view[begin:end])
+            if keyed.key in seen:
+                continue  # a later record of this key follows
+            seen.add(keyed.key)
+            if old and bytes(keyed.value) == _TOMBSTONE:
+                dropped += 1  # what it deletes is dropped in this same pass
+                continue
+            survivors.append(i)
+        kept.append(survivors)
+    kept.reverse()
+    return kept, records, dropped
 
 
 class _Writer:
