@@ -93,8 +93,13 @@ class OffsetsStore:
     def append(self, token: int, records: list[Record], partition_of: Callable[[str], int]) -> None:
         assert self.appender is not None, "start() first"
         by_partition: dict[int, list[Record]] = defaultdict(list)
+        partitions: dict[str, int] = {}  # a commit's records share one group: hash it once
         for record in records:
-            by_partition[partition_of(record.group_id)].append(record)
+            group = record.key.group
+            partition = partitions.get(group)
+            if partition is None:
+                partition = partitions[group] = partition_of(group)
+            by_partition[partition].append(record)
         self.appender.submit(
             token,
             {p: (segment.encode_all(rs), len(rs)) for p, rs in by_partition.items()},
