@@ -53,17 +53,15 @@ To profile the server under the pipelined load (it prints the server's PID, then
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
 import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -117,17 +115,6 @@ LABELS = {
     **{f"fsync-{p}": f"fastcoord --fsync {p}" for p in POLICIES},
     "mock": "librdkafka mock",
 }
-
-_running: dict[int, loopback.Peer] = {}  # stopped at exit if anything is left
-
-
-def _stop_all() -> None:
-    for pid in list(_running):
-        _running.pop(pid).stop()
-
-
-atexit.register(_stop_all)
-
 
 # -- the requests and the checks of their answers -----------------------------------------
 
@@ -269,17 +256,8 @@ def walk_answers(
 
 
 @dataclass
-class Measurement:
-    mode: str
-    requests: int
-    seconds: float
-    errors: dict[int, int] = field(default_factory=dict)  # error code -> partitions
-    latencies_ns: list[int] = field(default_factory=list)
+class Measurement(loopback.Measurement):
     last_frame: int = -1  # ring position of the last request answered
-    # Meanwhile, from schedstat: (on a CPU, waiting for one) seconds of the peer's process
-    # and of the client's thread.
-    server_sched: tuple[float, float] | None = None
-    client_sched: tuple[float, float] | None = None
 
     @property
     def offsets(self) -> int:
@@ -291,19 +269,7 @@ class Measurement:
 
     @property
     def cpu_us_per_offset(self) -> float | None:
-        if self.server_sched is None or not self.requests:
-            return None
-        return self.server_sched[0] * 1e6 / self.offsets
-
-    def share(self, which: str, index: int) -> float | None:
-        """Time on a CPU (index 0) or waiting for one (1) per second of the measurement,
-        of the peer ("server") or the client ("client")."""
-        sched = self.server_sched if which == "server" else self.client_sched
-        return None if sched is None else sched[index] / self.seconds
-
-    def percentile_us(self, q: float) -> float:
-        ordered = sorted(self.latencies_ns)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000
+        return self.cpu_us_per(PARTITIONS)
 
 
 @dataclass
@@ -381,13 +347,7 @@ def _start(name: str, core: int | None) -> loopback.Peer:
         policy = name.removeprefix("fsync-")
         peer = loopback.start_fastcoord(core, ("--fsync", policy))
         peer.name = LABELS[name]
-    _running[peer.pid] = peer
-    return peer
-
-
-def _stop(peer: loopback.Peer) -> None:
-    _running.pop(peer.pid, None)
-    peer.stop()
+    return loopback.running(peer)
 
 
 def _open(name: str, core: int | None) -> Session:
@@ -427,7 +387,7 @@ def _open(name: str, core: int | None) -> Session:
     except BaseException:
         if client is not None:
             client.close()
-        _stop(peer)
+        loopback.stop(peer)
         raise
     return Session(name, peer, client, ring, expected, load_ms)
 
@@ -568,21 +528,6 @@ def pipelined(session: Session, count: int, max_seconds: float, window: int) -> 
     )
 
 
-def _with_cpu(session: Session, how: Callable[..., Measurement], *args: Any) -> Measurement:
-    """One measurement, with the CPU time the peer and the client used (and waited for)."""
-    pid, tid = session.peer.pid, threading.get_native_id()
-    server_before = loopback.sched_seconds(pid)
-    client_before = loopback.sched_seconds(os.getpid(), tid)
-    m = how(session, *args)
-    server_after = loopback.sched_seconds(pid)
-    client_after = loopback.sched_seconds(os.getpid(), tid)
-    if server_before and server_after:
-        m.server_sched = (server_after[0] - server_before[0], server_after[1] - server_before[1])
-    if client_before and client_after:
-        m.client_sched = (client_after[0] - client_before[0], client_after[1] - client_before[1])
-    return m
-
-
 def fsync_latency_us(samples: int = FSYNC_SAMPLES) -> float:
     """p50 of a 4 KiB append and fsync, in a temporary directory (the peers' disk)."""
     block = os.urandom(4096)
@@ -614,11 +559,6 @@ def file_system(path: str) -> str:
     except OSError:
         pass
     return found
-
-
-def _median(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
 
 
 def _load() -> list[float]:
@@ -664,10 +604,14 @@ def measure(rounds: int = ROUNDS, window: int = WINDOW) -> dict[str, Any]:
                 for name in PEERS[r % len(PEERS) :] + PEERS[: r % len(PEERS)]:
                     s = sessions[name]
                     samples[name]["one"].append(
-                        _with_cpu(s, one_in_flight, ONE_IN_FLIGHT_COUNT, ONE_IN_FLIGHT_SECONDS)
+                        loopback.with_cpu(
+                            s.peer.pid, one_in_flight, s, ONE_IN_FLIGHT_COUNT, ONE_IN_FLIGHT_SECONDS
+                        )
                     )
                     samples[name]["pipelined"].append(
-                        _with_cpu(s, pipelined, PIPELINED_COUNT, PIPELINED_SECONDS, window)
+                        loopback.with_cpu(
+                            s.peer.pid, pipelined, s, PIPELINED_COUNT, PIPELINED_SECONDS, window
+                        )
                     )
         for s in sessions.values():
             check_committed(s)
@@ -676,7 +620,7 @@ def measure(rounds: int = ROUNDS, window: int = WINDOW) -> dict[str, Any]:
             s.client.close()
             s.peer.terminate()  # all at once: each takes a moment to shut down
         for s in sessions.values():
-            _stop(s.peer)
+            loopback.stop(s.peer)
 
     figures["load_after"] = _load()
     for name in PEERS:
@@ -689,13 +633,10 @@ def measure(rounds: int = ROUNDS, window: int = WINDOW) -> dict[str, Any]:
             "p50_us": statistics.median(m.percentile_us(0.5) for m in one),
             "p99_us": statistics.median(m.percentile_us(0.99) for m in one),
             "one_in_flight_rate": statistics.median(m.offsets_rate for m in one),
-            "pipelined_cpu_us": _median([m.cpu_us_per_offset for m in piped]),
-            "one_in_flight_cpu_us": _median([m.cpu_us_per_offset for m in one]),
+            "pipelined_cpu_us": loopback.median([m.cpu_us_per_offset for m in piped]),
+            "one_in_flight_cpu_us": loopback.median([m.cpu_us_per_offset for m in one]),
             # In cores: on a CPU, and runnable but waiting for one (the host's contention).
-            "pipelined_server_run": _median([m.share("server", 0) for m in piped]),
-            "pipelined_server_wait": _median([m.share("server", 1) for m in piped]),
-            "pipelined_client_run": _median([m.share("client", 0) for m in piped]),
-            "pipelined_client_wait": _median([m.share("client", 1) for m in piped]),
+            **loopback.cpu_shares(piped),
             "rounds_pipelined_rate": [m.offsets_rate for m in piped],
             "rounds_p50_us": [m.percentile_us(0.5) for m in one],
             "requests": sum(m.requests for m in one + piped),
@@ -856,16 +797,7 @@ def report(figures: dict[str, Any]) -> str:
             + " us"
             for name in PEERS
         ),
-        "pipelined, in cores (on a CPU / runnable but waiting for one, i.e. the host's "
-        "contention): "
-        + "; ".join(
-            f"{LABELS[name]} {figures[name]['pipelined_server_run']:.2f}/"
-            f"{figures[name]['pipelined_server_wait']:.2f}, its client "
-            f"{figures[name]['pipelined_client_run']:.2f}/"
-            f"{figures[name]['pipelined_client_wait']:.2f}"
-            for name in PEERS
-            if figures[name]["pipelined_server_run"] is not None
-        ),
+        loopback.cores_line(figures, PEERS, LABELS),
         "server CPU per offset, one in flight: "
         + "; ".join(
             f"{LABELS[name]} {figures[name]['one_in_flight_cpu_us']:.2f} us"
@@ -901,7 +833,7 @@ def load(seconds: float, policy: str, window: int = WINDOW) -> None:
         print(f"{done:,} offsets committed in {elapsed:.1f} s: {done / elapsed:,.0f}/s")
     finally:
         session.client.close()
-        _stop(session.peer)
+        loopback.stop(session.peer)
 
 
 def main(argv: list[str] | None = None) -> int:

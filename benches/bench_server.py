@@ -36,11 +36,8 @@ add --one-in-flight for the other mode):
 from __future__ import annotations
 
 import argparse
-import atexit
-import os
 import statistics
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -74,26 +71,9 @@ AIM_PIPELINED_RATE = 500_000
 AIM_PIPELINED_OVER_MOCK = 5.0
 AIM_P50_OVER_MOCK = 1.5
 
-_running: dict[int, loopback.Peer] = {}  # stopped at exit if anything is left
-
-
-def _stop_all() -> None:
-    for pid in list(_running):
-        _running.pop(pid).stop()
-
-
-atexit.register(_stop_all)
-
 
 def _start(name: str, core: int | None) -> loopback.Peer:
-    peer = STARTERS[name](core)
-    _running[peer.pid] = peer
-    return peer
-
-
-def _stop(peer: loopback.Peer) -> None:
-    _running.pop(peer.pid, None)
-    peer.stop()
+    return loopback.running(STARTERS[name](core))
 
 
 Session = tuple[
@@ -113,29 +93,9 @@ def _open(name: str, core: int | None) -> Session:
             client, member = loopback.join_group(peer.host, peer.port, GROUP_ID)
             stale = loopback.wrong_generation_answer(client, member)
     except BaseException:
-        _stop(peer)
+        loopback.stop(peer)
         raise
     return peer, client, member, loopback.HeartbeatRing(member), stale
-
-
-def _with_cpu(peer: loopback.Peer, how: Any, *args: Any) -> loopback.Measurement:
-    """One measurement, with the CPU time the peer and the client used (and waited for)."""
-    tid = threading.get_native_id()
-    server_before = loopback.sched_seconds(peer.pid)
-    client_before = loopback.sched_seconds(os.getpid(), tid)
-    m: loopback.Measurement = how(*args)
-    server_after = loopback.sched_seconds(peer.pid)
-    client_after = loopback.sched_seconds(os.getpid(), tid)
-    if server_before and server_after:
-        m.server_sched = (server_after[0] - server_before[0], server_after[1] - server_before[1])
-    if client_before and client_after:
-        m.client_sched = (client_after[0] - client_before[0], client_after[1] - client_before[1])
-    return m
-
-
-def _median(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
 
 
 def _float(value: float | None) -> float:
@@ -165,8 +125,8 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
                 for name in PEERS[r % len(PEERS) :] + PEERS[: r % len(PEERS)]:
                     peer, client, _, ring, _ = sessions[name]
                     samples[name]["one"].append(
-                        _with_cpu(
-                            peer,
+                        loopback.with_cpu(
+                            peer.pid,
                             loopback.one_in_flight,
                             client,
                             ring,
@@ -175,8 +135,8 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
                         )
                     )
                     samples[name]["pipelined"].append(
-                        _with_cpu(
-                            peer,
+                        loopback.with_cpu(
+                            peer.pid,
                             loopback.pipelined,
                             client,
                             ring,
@@ -190,7 +150,7 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
             client.close()
             peer.terminate()  # all at once: each takes a moment to shut down
         for peer, _, _, _, _ in sessions.values():
-            _stop(peer)
+            loopback.stop(peer)
 
     figures: dict[str, Any] = {
         "rounds": rounds,
@@ -211,16 +171,13 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
             "one_in_flight_rate": statistics.median(m.rate for m in one),
             "pipelined_rate": statistics.median(m.rate for m in piped),
             # Server CPU per heartbeat drifts less with a busy host than rates do.
-            "pipelined_cpu_us": _median([m.cpu_us_per_heartbeat for m in piped]),
+            "pipelined_cpu_us": loopback.median([m.cpu_us_per() for m in piped]),
             # In cores: on a CPU, and runnable but waiting for one (the host's contention).
-            "pipelined_server_run": _median([m.share("server", 0) for m in piped]),
-            "pipelined_server_wait": _median([m.share("server", 1) for m in piped]),
-            "pipelined_client_run": _median([m.share("client", 0) for m in piped]),
-            "pipelined_client_wait": _median([m.share("client", 1) for m in piped]),
-            "one_in_flight_cpu_us": _median([m.cpu_us_per_heartbeat for m in one]),
+            **loopback.cpu_shares(piped),
+            "one_in_flight_cpu_us": loopback.median([m.cpu_us_per() for m in one]),
             "rounds_p50_us": [m.p50_us for m in one],
             "rounds_pipelined_rate": [m.rate for m in piped],
-            "heartbeats": sum(m.heartbeats for m in one + piped),
+            "heartbeats": sum(m.requests for m in one + piped),
             "errors": errors,
             "join_attempts": member.join_attempts,
             "join_ms": member.join_ms,
@@ -386,16 +343,7 @@ def report(figures: dict[str, Any]) -> str:
         f"joins: fastcoord {fc['join_attempts']} JoinGroup(s), generation "
         f"{fc['generation_id']}, {fc['join_ms']:.0f} ms; mock {mock['join_attempts']} "
         f"JoinGroup(s), generation {mock['generation_id']}, {mock['join_ms']:.0f} ms",
-        "pipelined, in cores (on a CPU / runnable but waiting for one, i.e. the host's "
-        "contention): "
-        + "; ".join(
-            f"{LABELS[name]} {figures[name]['pipelined_server_run']:.2f}/"
-            f"{figures[name]['pipelined_server_wait']:.2f}, its client "
-            f"{figures[name]['pipelined_client_run']:.2f}/"
-            f"{figures[name]['pipelined_client_wait']:.2f}"
-            for name in PEERS
-            if figures[name]["pipelined_server_run"] is not None
-        ),
+        loopback.cores_line(figures, PEERS, LABELS),
         "server CPU per heartbeat, one in flight: "
         + "; ".join(
             f"{LABELS[name]} {figures[name]['one_in_flight_cpu_us']:.1f} us"
@@ -426,14 +374,14 @@ def load(seconds: float, one: bool = False) -> None:
                     m = loopback.one_in_flight(client, ring, 10**9, 1.0)
                 else:
                     m = loopback.pipelined(client, ring, 10**9, 1.0, WINDOW)
-                done += m.heartbeats
+                done += m.requests
                 errors += sum(m.errors.values())
         elapsed = time.monotonic() - started
         print(f"{done:,} heartbeats in {elapsed:.1f} s: {done / elapsed:,.0f}/s, {errors} errors")
     finally:
         if client is not None:
             client.close()
-        _stop(peer)
+        loopback.stop(peer)
 
 
 def main(argv: list[str] | None = None) -> int:

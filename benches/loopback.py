@@ -24,20 +24,24 @@ Nothing here runs at import: asv imports every module in benches/ to look for be
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
 import shutil
 import signal
 import socket
+import statistics
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -258,8 +262,10 @@ class HeartbeatRing:
 
 @dataclass
 class Measurement:
+    """Requests answered in `seconds`, by bench_server (heartbeats) and bench_commit."""
+
     mode: str
-    heartbeats: int
+    requests: int
     seconds: float
     errors: dict[int, int] = field(default_factory=dict)  # error code -> count, nonzero only
     latencies_ns: list[int] = field(default_factory=list)
@@ -268,11 +274,11 @@ class Measurement:
     server_sched: tuple[float, float] | None = None
     client_sched: tuple[float, float] | None = None
 
-    @property
-    def cpu_us_per_heartbeat(self) -> float | None:
-        if self.server_sched is None or not self.heartbeats:
+    def cpu_us_per(self, units_per_request: int = 1) -> float | None:
+        """The peer's CPU time per request (or per unit of one: a commit's offsets)."""
+        if self.server_sched is None or not self.requests:
             return None
-        return self.server_sched[0] * 1e6 / self.heartbeats
+        return self.server_sched[0] * 1e6 / (self.requests * units_per_request)
 
     def share(self, which: str, index: int) -> float | None:
         """Time on a CPU (index 0) or waiting for one (1) per second of the measurement,
@@ -282,7 +288,7 @@ class Measurement:
 
     @property
     def rate(self) -> float:
-        return self.heartbeats / self.seconds
+        return self.requests / self.seconds
 
     def percentile_us(self, q: float) -> float:
         ordered = sorted(self.latencies_ns)
@@ -291,6 +297,55 @@ class Measurement:
     @property
     def p50_us(self) -> float:
         return self.percentile_us(0.5)
+
+
+M = TypeVar("M", bound=Measurement)
+
+
+def with_cpu(pid: int, how: Callable[..., M], *args: Any) -> M:
+    """One measurement, with the CPU time the peer `pid` and this thread used (and waited
+    for) meanwhile."""
+    tid = threading.get_native_id()
+    server_before = sched_seconds(pid)
+    client_before = sched_seconds(os.getpid(), tid)
+    m = how(*args)
+    server_after = sched_seconds(pid)
+    client_after = sched_seconds(os.getpid(), tid)
+    if server_before and server_after:
+        m.server_sched = (server_after[0] - server_before[0], server_after[1] - server_before[1])
+    if client_before and client_after:
+        m.client_sched = (client_after[0] - client_before[0], client_after[1] - client_before[1])
+    return m
+
+
+def median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def cpu_shares(piped: Sequence[Measurement]) -> dict[str, float | None]:
+    """The pipelined measurements' median shares of a core, as the reports name them."""
+    return {
+        f"pipelined_{who}_{what}": median([m.share(who, index) for m in piped])
+        for who in ("server", "client")
+        for index, what in enumerate(("run", "wait"))
+    }
+
+
+def cores_line(figures: dict[str, Any], peers: Sequence[str], labels: dict[str, str]) -> str:
+    """The report line of each peer's and its client's share of a core, pipelined."""
+    return (
+        "pipelined, in cores (on a CPU / runnable but waiting for one, i.e. the host's "
+        "contention): "
+        + "; ".join(
+            f"{labels[name]} {figures[name]['pipelined_server_run']:.2f}/"
+            f"{figures[name]['pipelined_server_wait']:.2f}, its client "
+            f"{figures[name]['pipelined_client_run']:.2f}/"
+            f"{figures[name]['pipelined_client_wait']:.2f}"
+            for name in peers
+            if figures[name]["pipelined_server_run"] is not None
+        )
+    )
 
 
 def _check_frame(size: int, correlation_id: int, expected: int) -> None:
@@ -467,6 +522,28 @@ class Peer:
                     self.process.wait(timeout=10)
         finally:
             self.workdir.cleanup()
+
+
+_running: dict[int, Peer] = {}  # stopped at exit if a benchmark left anything behind
+
+
+def _stop_all() -> None:
+    for pid in list(_running):
+        _running.pop(pid).stop()
+
+
+atexit.register(_stop_all)
+
+
+def running(peer: Peer) -> Peer:
+    """Keep `peer` to be stopped at exit if nothing stops it before."""
+    _running[peer.pid] = peer
+    return peer
+
+
+def stop(peer: Peer) -> None:
+    _running.pop(peer.pid, None)
+    peer.stop()
 
 
 def cores() -> tuple[int | None, int | None]:

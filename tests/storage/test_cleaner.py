@@ -166,7 +166,7 @@ def test_compaction_keeps_what_the_log_means(
         assert latest(after) == latest(records)
     assert snapshot(after) == snapshot(records)
     # The closed part holds each key once; the active segment is as it was.
-    closed = [r for r in after[: len(after) - _in_active(path, active)]]
+    closed = after[: len(after) - _in_active(path, active)]
     assert len({r.key for r in closed}) == len(closed)
     if result is not None:
         assert result.records_out == len(closed)
