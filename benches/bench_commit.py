@@ -345,7 +345,9 @@ def _start(name: str, core: int | None) -> loopback.Peer:
         peer = loopback.start_mock(core)
     else:
         policy = name.removeprefix("fsync-")
-        peer = loopback.start_fastcoord(core, ("--fsync", policy))
+        peer = loopback.start_fastcoord(
+            core, ("--fsync", policy, "--num-partitions", str(PARTITIONS_PER_TOPIC))
+        )
         peer.name = LABELS[name]
     return loopback.running(peer)
 

@@ -15,11 +15,9 @@ def _serve(args: argparse.Namespace) -> int:
     from fastcoord import config
     from fastcoord.server.app import run
 
-    overrides: dict[str, Any] = {}
-    for attr, name, _, _ in config.fields():
-        value = getattr(args, attr, None)
-        if value is not None:
-            overrides[name] = value
+    overrides = {
+        s.name: value for s in config.SETTINGS if (value := getattr(args, s.attr)) is not None
+    }
     try:
         cfg = config.load(args.config, overrides)
     except config.ConfigError as exc:
@@ -31,33 +29,55 @@ def _serve(args: argparse.Namespace) -> int:
     return run(cfg)
 
 
-def _bool(text: str) -> bool:
-    if text.lower() in ("true", "1", "yes", "on"):
-        return True
-    if text.lower() in ("false", "0", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+SERVE_HELP = """\
+Run the coordinator. Every setting has Kafka's name and default; give it as a flag (its
+name with dashes: --group-max-size 50) or in a TOML file (its name as the key:
+group.max.size = 50); flags win. A boolean flag alone means true: --in-memory, or
+--in-memory false (also true, yes, no, on, off, 1, 0). A bad value is refused at start,
+naming the setting and what it allows.
+"""
+
+
+def _metavar(setting: Any) -> str:
+    kinds = setting.kinds()
+    base = kinds[0][0]
+    if len(kinds) == 1 and typing.get_origin(base) is typing.Literal:
+        return "{" + ",".join(typing.get_args(base)) + "}"
+    if base is bool:
+        return "BOOL"
+    if setting.doc.unit in ("ms", "bytes", "minutes"):
+        return str(setting.doc.unit.upper())
+    named = {"topics": "NAME:PARTITIONS", "data_dir": "DIR", "host": "HOST"}
+    return named.get(setting.attr, {int: "N", float: "X"}.get(base, "HOST"))
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
     from fastcoord import config
 
-    hints = typing.get_type_hints(config.ServerConfig)
-    for attr, name, _, default in config.fields():
-        flag = "--" + name.replace(".", "-")
-        tp = hints[attr]
-        if attr == "topics":
-            parser.add_argument(
-                "--topic",
-                dest="topics",
-                action="append",
-                metavar="NAME:PARTITIONS",
-                help="declare a topic (repeatable); others are created on first request",
+    groups = {name: parser.add_argument_group(f"{name} settings") for name in config.SECTIONS}
+    for setting in config.SETTINGS:
+        doc = setting.doc
+        allowed = config.allowed(setting.name)
+        unit = f", in {doc.unit}" if doc.unit else ""
+        metavar = _metavar(setting)
+        listed = metavar.startswith("{") or allowed in ("any text", metavar)  # said already
+        text = doc.meaning + unit + ("" if listed else f"; {allowed}")
+        text = f"{text} (default: {config.render_default(setting)})".replace("%", "%%")
+        group = groups[doc.section]
+        if setting.attr == "topics":
+            group.add_argument(
+                "--topic", dest="topics", action="append", metavar="NAME:PARTITIONS", help=text
             )
             continue
-        convert: Any = {bool: _bool, int: int, float: float}.get(tp, str)
-        parser.add_argument(
-            flag, dest=attr, type=convert, default=None, help=f"{name} (default {default!r})"
+        # A boolean flag alone means true: --in-memory.
+        optional: dict[str, Any] = {"nargs": "?", "const": "true"}
+        group.add_argument(
+            setting.flag,
+            dest=setting.attr,
+            default=None,
+            metavar=metavar,
+            help=text,
+            **(optional if setting.kinds()[0][0] is bool else {}),
         )
 
 
@@ -71,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser(
         "serve",
         help="run the coordinator (Kafka's defaults)",
-        description="Run the coordinator. Every setting has Kafka's name and default; give "
-        "it as a flag (its name with dashes) or in a TOML file (its name as the key).",
+        usage="fastcoord serve [--config FILE.toml] [--print-config] [SETTING ...]",
+        description=SERVE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument("--config", metavar="FILE.toml", help="settings file (Kafka names)")
     serve.add_argument(

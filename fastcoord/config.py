@@ -3,25 +3,58 @@
 Each setting has a Kafka name ("group.initial.rebalance.delay.ms"), which is its TOML key
 and, with dashes, its flag (`--group-initial-rebalance-delay-ms 0`). Values come from the
 defaults, then the TOML file, then flags; the result is validated once, and a value out of
-range is refused at start with the setting's name and the allowed range.
+range is refused at start with the setting's name and the allowed values.
+
+Each field also carries its documentation (a `Doc`: section, one line of meaning, unit,
+words a user may write for a value), from which `fastcoord serve --help` and the refusals
+are written, so that the help cannot drift from what is accepted.
 """
 
 from __future__ import annotations
 
 import tomllib
 import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 
-from fastcoord.core.config import GroupConfig
+from fastcoord.core.config import INT32_MAX, GroupConfig
 
-INT32_MAX = 2**31 - 1
 _GROUP = GroupConfig()  # the coordinator's settings: their defaults are defined there, once
-Ms = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
-Positive = Annotated[int, msgspec.Meta(ge=1, le=INT32_MAX)]
-Partitions = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
+
+LISTENER = "listener"
+TOPICS = "topics"
+GROUPS = "groups"
+OFFSETS_LOG = "offsets log"
+LIMITS = "limits"
+LOGGING = "logging"
+SECTIONS = (LISTENER, TOPICS, GROUPS, OFFSETS_LOG, LIMITS, LOGGING)
+
+UNBOUNDED = {"unbounded": INT32_MAX}
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
+
+
+class Doc(NamedTuple):
+    """What --help says of a setting. `words` are values a user may write as a word (and
+    that --help and --print-config show as that word); `default` replaces the default's
+    rendering where the stored value would mislead (an empty string meaning "the host")."""
+
+    section: str
+    meaning: str
+    unit: str = ""
+    words: Mapping[str, Any] = {}
+    default: str | None = None
+
+
+def _int(lo: int, hi: int = INT32_MAX) -> msgspec.Meta:
+    return msgspec.Meta(ge=lo, le=hi)
+
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 def kafka_name(field: str) -> str:
@@ -31,53 +64,151 @@ def kafka_name(field: str) -> str:
 class ServerConfig(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, rename=kafka_name
 ):
-    # Where to listen, and what to tell clients (Metadata and FindCoordinator).
-    host: str = "127.0.0.1"
-    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9092
-    advertised_host: str = ""  # empty: the listening host
-    data_dir: str = "./fastcoord-data"
-    node_id: Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)] = 0
-    # Topics: declared as NAME:PARTITIONS, or created on first request.
-    topics: list[str] = []
-    default_partitions: Positive = 12
-    # Group coordinator (Kafka's broker settings).
-    offsets_topic_num_partitions: Partitions = _GROUP.offsets_topic_num_partitions
-    group_min_session_timeout_ms: Ms = _GROUP.group_min_session_timeout_ms
-    group_max_session_timeout_ms: Ms = _GROUP.group_max_session_timeout_ms
-    group_initial_rebalance_delay_ms: Ms = _GROUP.group_initial_rebalance_delay_ms
-    group_max_size: Positive = _GROUP.group_max_size
-    offsets_retention_minutes: Positive = _GROUP.offsets_retention_minutes
-    offsets_retention_check_interval_ms: Positive = _GROUP.offsets_retention_check_interval_ms
-    offset_metadata_max_bytes: Ms = _GROUP.offset_metadata_max_bytes
-    # Limits on what a client may grow.
-    socket_request_max_bytes: Annotated[int, msgspec.Meta(ge=1024, le=INT32_MAX)] = 104_857_600
-    max_connections: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
-    connections_max_idle_ms: Positive = 600_000
-    connection_max_inflight_requests: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 4096
-    # The offsets log (storage): fsync always, batch (appends within the linger share one
-    # fsync) or never; segments roll at offsets.topic.segment.bytes.
-    fsync: Literal["always", "batch", "never"] = "batch"
-    group_coordinator_append_linger_ms: Ms = 5
-    offsets_topic_segment_bytes: Annotated[int, msgspec.Meta(ge=1024, le=INT32_MAX)] = 104_857_600
-    log_truncate_damaged: bool = False  # cut a log at damage in its middle (loses data)
-    # Compaction (Kafka's log cleaner): keep the latest record per key in closed segments.
-    log_cleaner_enable: bool = True
-    log_cleaner_backoff_ms: Positive = 15_000  # how often partitions are checked
-    log_cleaner_min_cleanable_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.5
-    log_cleaner_delete_retention_ms: Ms = 86_400_000  # how long tombstones are kept
-    # Logging and the event log.
-    log_level: str = "INFO"
-    event_log: bool = True  # Parquet files of coordinator events under DATA_DIR/events
-    event_log_flush_ms: Positive = 5000
-    shutdown_grace_ms: Ms = 5000  # on SIGTERM: time to deliver answers before closing
+    # -- listener
+    host: Annotated[
+        str, Doc(LISTENER, "address to listen on: a name or IP address of this machine")
+    ] = "127.0.0.1"
+    port: Annotated[
+        int, _int(0, 65535), Doc(LISTENER, "TCP port to listen on; 0 picks a free one")
+    ] = 9092
+    advertised_host: Annotated[
+        str,
+        Doc(LISTENER, "the host that Metadata and FindCoordinator name", default="host's value"),
+    ] = ""
+    node_id: Annotated[int, _int(0), Doc(LISTENER, "this node's broker id")] = 0
+    shutdown_grace_ms: Annotated[
+        int,
+        _int(0),
+        Doc(LISTENER, "on SIGINT or SIGTERM, time given to deliver the answers owed", "ms"),
+    ] = 5000
+    # -- topics: the broker side that a consumer needs (topics are always empty)
+    topics: Annotated[list[str], Doc(TOPICS, "declare a topic (repeatable)")] = []
+    auto_create_topics: Annotated[
+        Literal["always", "client", "never"],
+        Doc(
+            TOPICS,
+            "which undeclared topics exist: always (any topic a Metadata request names), "
+            "client (only when the request allows auto-creation, as Kafka), never",
+        ),
+    ] = "always"
+    num_partitions: Annotated[
+        int, _int(1, 10_000), Doc(TOPICS, "partitions of a topic created on request")
+    ] = 1
+    # -- groups (Kafka's broker settings for the group coordinator)
+    group_min_session_timeout_ms: Annotated[
+        int, _int(0), Doc(GROUPS, "shortest session timeout a member may ask for", "ms")
+    ] = _GROUP.group_min_session_timeout_ms
+    group_max_session_timeout_ms: Annotated[
+        int, _int(0), Doc(GROUPS, "longest session timeout a member may ask for", "ms")
+    ] = _GROUP.group_max_session_timeout_ms
+    group_initial_rebalance_delay_ms: Annotated[
+        int,
+        _int(0),
+        Doc(GROUPS, "how long an empty group's first rebalance waits for more members", "ms"),
+    ] = _GROUP.group_initial_rebalance_delay_ms
+    group_max_size: Annotated[int, _int(1), Doc(GROUPS, "members per group", words=UNBOUNDED)] = (
+        _GROUP.group_max_size
+    )
+    offsets_retention_minutes: Annotated[
+        int,
+        _int(1),
+        Doc(GROUPS, "committed offsets of a group without members expire after", "minutes"),
+    ] = _GROUP.offsets_retention_minutes
+    offsets_retention_check_interval_ms: Annotated[
+        int, _int(1), Doc(GROUPS, "how often expired offsets are looked for", "ms")
+    ] = _GROUP.offsets_retention_check_interval_ms
+    offset_metadata_max_bytes: Annotated[
+        int, _int(0), Doc(GROUPS, "longest metadata string of a committed offset", "bytes")
+    ] = _GROUP.offset_metadata_max_bytes
+    offsets_topic_num_partitions: Annotated[
+        int,
+        _int(1, 10_000),
+        Doc(GROUPS, "coordinator partitions: a group's is abs(hashCode(group id)) % this"),
+    ] = _GROUP.offsets_topic_num_partitions
+    # -- the offsets log (storage)
+    data_dir: Annotated[
+        str, Doc(OFFSETS_LOG, "directory of the offsets log, its lock and the event log")
+    ] = "./fastcoord-data"
+    in_memory: Annotated[
+        bool, Doc(OFFSETS_LOG, "keep nothing: no data directory, no event log (throwaway tests)")
+    ] = False
+    fsync: Annotated[
+        Literal["always", "batch", "never"],
+        Doc(
+            OFFSETS_LOG,
+            "when a write is synced before it is acknowledged: always, batch (writes "
+            "within the linger share one sync), never (acknowledged once the OS has it)",
+        ),
+    ] = "batch"
+    group_coordinator_append_linger_ms: Annotated[
+        int, _int(0), Doc(OFFSETS_LOG, "fsync batch: how long a write waits for others", "ms")
+    ] = 5
+    offsets_topic_segment_bytes: Annotated[
+        int, _int(1024), Doc(OFFSETS_LOG, "log segments roll at this size", "bytes")
+    ] = 104_857_600
+    log_truncate_damaged: Annotated[
+        bool,
+        Doc(OFFSETS_LOG, "cut a log at damage in its middle (loses what follows) to start"),
+    ] = False
+    log_cleaner_enable: Annotated[
+        bool, Doc(OFFSETS_LOG, "compact the logs: keep the latest record of each key")
+    ] = True
+    log_cleaner_backoff_ms: Annotated[
+        int, _int(1), Doc(OFFSETS_LOG, "how often the cleaner looks for work", "ms")
+    ] = 15_000
+    log_cleaner_min_cleanable_ratio: Annotated[
+        float,
+        msgspec.Meta(ge=0.0, le=1.0),
+        Doc(OFFSETS_LOG, "compact a log once this share of its closed segments is new"),
+    ] = 0.5
+    log_cleaner_delete_retention_ms: Annotated[
+        int, _int(0), Doc(OFFSETS_LOG, "how long tombstones are kept", "ms")
+    ] = 86_400_000
+    # -- limits on what a client may grow
+    socket_request_max_bytes: Annotated[
+        int, _int(1024), Doc(LIMITS, "a larger request frame closes its connection", "bytes")
+    ] = 104_857_600
+    max_connections: Annotated[
+        Annotated[int, _int(1, 1_000_000)] | Literal["auto"],
+        Doc(
+            LIMITS,
+            "connections beyond this are refused; auto: as many as the open-file limit allows",
+        ),
+    ] = "auto"
+    connections_max_idle_ms: Annotated[
+        int, _int(1), Doc(LIMITS, "a connection with nothing in flight is closed after", "ms")
+    ] = 600_000
+    connection_max_inflight_requests: Annotated[
+        int,
+        _int(1, 1_000_000),
+        Doc(LIMITS, "unanswered requests per connection before it is no longer read"),
+    ] = 4096
+    # -- logging and the event log
+    log_level: Annotated[
+        LogLevel,
+        Doc(LOGGING, "INFO: a line per group event; DEBUG adds a line per group request"),
+    ] = "INFO"
+    event_log: Annotated[
+        bool, Doc(LOGGING, "write coordinator events as Parquet under DATA_DIR/events")
+    ] = True
+    event_log_flush_ms: Annotated[
+        int, _int(1), Doc(LOGGING, "how often waiting events are written", "ms")
+    ] = 5000
+    event_log_roll_bytes: Annotated[
+        int, _int(1024), Doc(LOGGING, "small event files are merged into files this big", "bytes")
+    ] = 134_217_728
+    event_log_roll_ms: Annotated[
+        int, _int(1), Doc(LOGGING, "...or of this span of time, whichever comes first", "ms")
+    ] = 3_600_000
+    event_log_retention_ms: Annotated[
+        int, _int(1), Doc(LOGGING, "event files older than this are deleted", "ms")
+    ] = 604_800_000
 
     def __post_init__(self) -> None:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError(
                 "group.min.session.timeout.ms must not exceed group.max.session.timeout.ms"
             )
-        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-            raise ValueError("log.level must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         for topic in self.topics:
             parse_topic(topic)
 
@@ -99,11 +230,133 @@ def parse_topic(text: str) -> tuple[str, int]:
     return name, int(count)
 
 
+class Setting(NamedTuple):
+    attr: str
+    name: str  # Kafka's
+    type: Any  # as declared, Annotated metadata included
+    default: Any
+    doc: Doc
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace(".", "-")
+
+    def kinds(self) -> list[tuple[Any, msgspec.Meta | None]]:
+        """The types a value may have (one, or each of a union's), with their range."""
+        tp, extras = _unwrap(self.type)
+        outer = next((m for m in extras if isinstance(m, msgspec.Meta)), None)
+        arms = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, UnionType) else (tp,)
+        out = []
+        for arm in arms:
+            base, inner = _unwrap(arm)
+            meta = next((m for m in inner if isinstance(m, msgspec.Meta)), outer)
+            out.append((base, meta))
+        return out
+
+
+def _unwrap(tp: Any) -> tuple[Any, list[Any]]:
+    """A type without Annotated, and the metadata it had."""
+    extras: list[Any] = []
+    while typing.get_origin(tp) is Annotated:
+        extras.extend(tp.__metadata__)
+        tp = typing.get_args(tp)[0]
+    return tp, extras
+
+
+def _settings() -> tuple[Setting, ...]:
+    hints = typing.get_type_hints(ServerConfig, include_extras=True)
+    out = []
+    for f in msgspec.structs.fields(ServerConfig):
+        (doc,) = (m for m in _unwrap(hints[f.name])[1] if isinstance(m, Doc))
+        default = f.default_factory() if f.default is msgspec.NODEFAULT else f.default
+        out.append(Setting(f.name, f.encode_name, hints[f.name], default, doc))
+    return tuple(out)
+
+
+SETTINGS: tuple[Setting, ...] = _settings()
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
 def fields() -> list[tuple[str, str, Any, Any]]:
     """(attribute, Kafka name, type, default) of every setting."""
-    return [
-        (f.name, f.encode_name, f.type, f.default) for f in msgspec.structs.fields(ServerConfig)
-    ]
+    return [(s.attr, s.name, _unwrap(s.type)[0], s.default) for s in SETTINGS]
+
+
+def render(setting: Setting, value: Any) -> str:
+    """A value as a user writes it: `unbounded`, not 2147483647."""
+    for word, meant in setting.doc.words.items():
+        if value == meant:
+            return word
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return " ".join(map(str, value)) or "none"
+    return str(value)
+
+
+def render_default(setting: Setting) -> str:
+    """The default as --help shows it: as written, then in larger units where that helps."""
+    if setting.doc.default:
+        return setting.doc.default
+    text = render(setting, setting.default)
+    value = setting.default
+    if type(value) is int and text == str(value):
+        if setting.doc.unit == "ms" and value >= 60_000:
+            text += f" = {_span(value)}"
+        elif setting.doc.unit == "minutes" and value >= 60:
+            text += f" = {_span(value * 60_000)}"
+        elif setting.doc.unit == "bytes" and value >= 1 << 20:
+            text += f" = {value / (1 << 20):g} MiB"
+    return text
+
+
+def _span(ms: int) -> str:
+    for unit, size in (("days", 86_400_000), ("hours", 3_600_000), ("minutes", 60_000)):
+        if ms % size == 0 or ms >= 10 * size:
+            count = ms / size
+            return f"{count:g} {unit[:-1] if count == 1 else unit}"
+    return f"{ms} ms"
+
+
+def allowed(name: str) -> str:
+    """The values a setting takes, from its type, constraints and words."""
+    setting = BY_NAME.get(name)
+    if setting is None:
+        return "see fastcoord serve --help"
+    parts: list[str] = []
+    for base, meta in setting.kinds():
+        if typing.get_origin(base) is Literal:
+            parts.extend(map(str, typing.get_args(base)))
+        elif base is bool:
+            parts.append("true or false")
+        elif base in (int, float) and meta is not None:
+            kind = "a number" if base is float else "an integer"
+            if meta.le == INT32_MAX:  # Java's Int.MaxValue: no bound a user would meet
+                parts.append(f"{kind} of at least {meta.ge}")
+            else:
+                parts.append(f"{kind} from {meta.ge} to {meta.le}")
+        elif setting.attr == "topics":
+            parts.append("NAME:PARTITIONS")
+    parts.extend(setting.doc.words)
+    if not parts:
+        return "any text"
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]
+
+
+def _words(values: dict[str, Any]) -> dict[str, Any]:
+    # Words a user writes for a value ("unbounded"), and log levels in any case.
+    out = dict(values)
+    for name, value in values.items():
+        setting = BY_NAME.get(name)
+        if setting is None or not isinstance(value, str):
+            continue
+        if value in setting.doc.words:
+            out[name] = setting.doc.words[value]
+        elif setting.attr == "log_level":
+            out[name] = value.upper()
+        elif _unwrap(setting.type)[0] is bool and value.lower() in TRUE_WORDS + FALSE_WORDS:
+            out[name] = value.lower() in TRUE_WORDS
+    return out
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -119,7 +372,9 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def load(toml_path: str | None = None, overrides: dict[str, Any] | None = None) -> ServerConfig:
-    """Defaults, then the TOML file, then `overrides` (Kafka names); validated once."""
+    """Defaults, then the TOML file, then `overrides` (Kafka names); validated once.
+
+    Values may be strings, as flags give them ("3000", "true", "unbounded")."""
     values: dict[str, Any] = {}
     if toml_path is not None:
         try:
@@ -128,28 +383,11 @@ def load(toml_path: str | None = None, overrides: dict[str, Any] | None = None) 
             raise ConfigError(f"cannot read the configuration file {toml_path}: {exc}") from exc
     values.update(overrides or {})
     try:
-        return msgspec.convert(values, ServerConfig)
+        return msgspec.convert(_words(values), ServerConfig, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(_explain(str(exc))) from None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-
-
-def allowed(setting: str) -> str:
-    """The allowed values of a setting, from its type and constraints."""
-    hints = typing.get_type_hints(ServerConfig, include_extras=True)
-    for attr, name, _, _ in fields():
-        if name == setting:
-            tp = hints[attr]
-            metas = [m for m in getattr(tp, "__metadata__", ()) if isinstance(m, msgspec.Meta)]
-            base = typing.get_args(tp)[0] if metas else tp
-            if metas:
-                kind = "a number" if base is float else "an integer"
-                return f"{kind} from {metas[0].ge} to {metas[0].le}"
-            if typing.get_origin(base) is Literal:
-                return "one of " + ", ".join(typing.get_args(base))
-            return f"a {getattr(base, '__name__', str(base))}"
-    return "see fastcoord serve --print-config"
 
 
 def _explain(message: str) -> str:
@@ -157,7 +395,8 @@ def _explain(message: str) -> str:
     if " - at `$." in message:
         reason, _, where = message.partition(" - at `$.")
         setting = where.rstrip("`").split("[")[0]
-        return f"{setting}: {reason.replace('Expected', 'expected')}; allowed: {allowed(setting)}"
+        reason = reason.replace("Expected", "expected").replace("Invalid enum", "invalid")
+        return f"{setting}: {reason}; allowed: {allowed(setting)}"
     if message.startswith("Object contains unknown field"):
         return f"unknown setting: {message.split('`')[1]}"
     return message
@@ -167,6 +406,10 @@ def to_toml(config: ServerConfig) -> str:
     """The effective configuration, as a TOML file would give it."""
     lines = []
     for name, value in msgspec.to_builtins(config).items():
+        words = BY_NAME[name].doc.words
+        word = next((w for w, meant in words.items() if meant == value), None)
+        if word is not None:
+            value = word
         if isinstance(value, str):
             rendered = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
         elif isinstance(value, bool):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -45,13 +46,15 @@ from fastcoord.protocol.messages import (
 )
 from fastcoord.protocol.schema import Request
 from fastcoord.protocol.versions import api_versions_response
+from fastcoord.server import startup
 from fastcoord.server.broker import Broker
 from fastcoord.server.connection import Connection, Slot
 from fastcoord.server.event_log import EventLog
 from fastcoord.server.load_progress import LoadProgress
 from fastcoord.storage.lock import DataDirLocked
 from fastcoord.storage.log import LogCorruption
-from fastcoord.storage.store import LogCleanerSettings, OffsetsStore
+from fastcoord.storage.memory import MemoryStore
+from fastcoord.storage.store import LogCleanerSettings, OffsetsStore, Store
 
 log = logging.getLogger("fastcoord.server")
 events_log = logging.getLogger("fastcoord.events")
@@ -62,8 +65,9 @@ def now_ms() -> int:
 
 
 class Server:
-    def __init__(self, config: ServerConfig, store: OffsetsStore) -> None:
+    def __init__(self, config: ServerConfig, store: Store, max_connections: int) -> None:
         self.config = config
+        self.max_connections = max_connections
         self.coordinator = Coordinator(config.group_config(), now_ms())
         self.broker = Broker(config, config.port)
         self.fetches = timing_wheel.TimingWheel(now_ms())
@@ -187,12 +191,21 @@ class Server:
                 co.loading_partitions.discard(partition)
                 self.store.loaded(partition)
         self._timers_changed.set()  # loaded members' sessions have started
+        groups = co.groups.values()
+        if isinstance(self.store, MemoryStore):
+            where = "memory (nothing is kept)"
+        else:
+            where = f"{self.config.data_dir} (--in-memory keeps nothing)"
         log.info(
-            "loaded %d records of %d partitions in %.2f s: %d groups",
+            "loaded %d groups with %d members and %d committed offsets from %s: "
+            "%d records of %d partitions in %.2f s",
+            len(co.groups),
+            sum(len(g.members) for g in groups),
+            sum(len(g.offsets) for g in groups),
+            where,
             total,
             len(partitions),
             time.monotonic() - started,
-            len(co.groups),
         )
 
     # -- time -----------------------------------------------------------------------------
@@ -225,11 +238,11 @@ class Server:
             peer = f"{host}:{port}"
         except OSError:
             peer = "unknown peer"
-        if len(self.connections) >= self.config.max_connections:
+        if len(self.connections) >= self.max_connections:
             log.warning(
                 "refusing connection from %s: max.connections (%d) reached",
                 peer,
-                self.config.max_connections,
+                self.max_connections,
             )
             await trio.aclose_forcefully(stream)
             return
@@ -304,50 +317,88 @@ def log_event(event: Event) -> None:
 
 
 async def serve(config: ServerConfig, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Listen and serve until cancelled, SIGINT or SIGTERM (then stop cleanly)."""
+    """Listen and serve until cancelled, SIGINT or SIGTERM (then stop cleanly).
+
+    What can refuse the start is checked before anything is created (startup.py); a start
+    that fails after the data directory was created removes it again if it is empty."""
     # Signals first: once the port is announced, a SIGTERM must stop us cleanly.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        store = OffsetsStore(
-            Path(config.data_dir),
-            config.offsets_topic_num_partitions,
-            config.offsets_topic_segment_bytes,
-            config.fsync,
-            config.group_coordinator_append_linger_ms,
-            config.log_truncate_damaged,
-            LogCleanerSettings(
-                config.log_cleaner_backoff_ms,
-                config.log_cleaner_min_cleanable_ratio,
-                config.log_cleaner_delete_retention_ms,
-            )
-            if config.log_cleaner_enable
-            else None,
-        )
-        store.open()  # DataDirLocked: another server has this data directory
+        files = startup.file_limit(config)
+        data_dir = Path(config.data_dir)
+        if not config.in_memory:
+            startup.check_data_dir(data_dir)
+        listeners = await startup.open_listeners(config.host, config.port)
+        store = _store(config)
+        created: list[Path] = []
+        started = False
         try:
-            await _serve(config, store, signals, task_status)
+            if not config.in_memory:
+                created = startup.create_data_dir(data_dir)
+            store.open()  # DataDirLocked: another server has this data directory
+            started = await _serve(config, store, listeners, files, signals, task_status)
         finally:
+            for listener in listeners:
+                await listener.aclose()
             await trio.to_thread.run_sync(store.close)
+            if not started:
+                startup.remove_if_empty(created)
 
 
-async def _serve(config: ServerConfig, store: OffsetsStore, signals: Any, task_status: Any) -> None:
-    listeners = await trio.open_tcp_listeners(config.port, host=config.host)
+def _store(config: ServerConfig) -> Store:
+    if config.in_memory:
+        return MemoryStore(config.offsets_topic_num_partitions)
+    return OffsetsStore(
+        Path(config.data_dir),
+        config.offsets_topic_num_partitions,
+        config.offsets_topic_segment_bytes,
+        config.fsync,
+        config.group_coordinator_append_linger_ms,
+        config.log_truncate_damaged,
+        LogCleanerSettings(
+            config.log_cleaner_backoff_ms,
+            config.log_cleaner_min_cleanable_ratio,
+            config.log_cleaner_delete_retention_ms,
+        )
+        if config.log_cleaner_enable
+        else None,
+    )
+
+
+async def _serve(
+    config: ServerConfig,
+    store: Store,
+    listeners: list[trio.SocketListener],
+    files: startup.FileLimit,
+    signals: Any,
+    task_status: Any,
+) -> bool:
+    """Serve until a signal; True once the start has succeeded (the log is loaded)."""
     port = listeners[0].socket.getsockname()[1]
-    server = Server(config, store)
+    server = Server(config, store, files.max_connections)
     server.broker.port = port
-    if config.event_log:
+    if config.event_log and not config.in_memory:
         server.event_log = EventLog(Path(config.data_dir) / "events", config.event_log_flush_ms)
     store.start(trio.lowlevel.current_trio_token().run_sync_soon, server.appended)
     print(f"listening on {config.host}:{port}", flush=True)
-    log.info(
-        "offsets log: %s (fsync %s, linger %d ms, segments of %d bytes, cleaner %s)",
-        config.data_dir,
-        config.fsync,
-        config.group_coordinator_append_linger_ms,
-        config.offsets_topic_segment_bytes,
-        f"every {config.log_cleaner_backoff_ms} ms" if config.log_cleaner_enable else "off",
-    )
+    if config.in_memory:
+        log.info("in memory: nothing is kept (no data directory, no event log)")
+    else:
+        log.info(
+            "offsets log: %s (fsync %s, linger %d ms, segments of %d bytes, cleaner %s)",
+            config.data_dir,
+            config.fsync,
+            config.group_coordinator_append_linger_ms,
+            config.offsets_topic_segment_bytes,
+            f"every {config.log_cleaner_backoff_ms} ms" if config.log_cleaner_enable else "off",
+        )
     if server.event_log is not None:
         log.info("event log: %s", server.event_log.directory)
+    log.info(
+        "max.connections %d (%s%s)",
+        files.max_connections,
+        "auto: " if config.max_connections == "auto" else "",
+        files.describe(),
+    )
     task_status.started(port)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(server.clock)
@@ -370,11 +421,26 @@ async def _serve(config: ServerConfig, store: OffsetsStore, signals: Any, task_s
         await server.shutdown()
         nursery.cancel_scope.cancel()
     log.info("stopped")
+    return True
+
+
+# What ends a start with one line and exit code 2 rather than a traceback.
+START_FAILURES = (startup.StartupError, DataDirLocked, LogCorruption)
+
+
+def start_failure(exc: BaseException) -> BaseException | None:
+    """The start failure inside `exc` (which may be an exception group from a nursery)."""
+    while isinstance(exc, BaseExceptionGroup):
+        found = exc.subgroup(START_FAILURES)
+        if found is None:
+            return None
+        exc = found.exceptions[0]
+    return exc if isinstance(exc, START_FAILURES) else None
 
 
 def run(config: ServerConfig) -> int:
     logging.basicConfig(
-        level=config.log_level.upper(),
+        level=config.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     # A file-size limit reached must fail that write (EFBIG, answered as a storage error),
@@ -382,15 +448,10 @@ def run(config: ServerConfig) -> int:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         trio.run(serve, config)
-    except DataDirLocked as exc:
-        log.error("cannot start: %s", exc)
-        return 2
-    except BaseExceptionGroup as group:  # the load task's LogCorruption, from the nursery
-        corrupt: BaseException | None = group.subgroup(LogCorruption)
-        if corrupt is None:
+    except BaseException as exc:
+        failure = start_failure(exc)
+        if failure is None:
             raise
-        while isinstance(corrupt, BaseExceptionGroup):
-            corrupt = corrupt.exceptions[0]
-        log.error("cannot start: %s", corrupt)
+        print(f"fastcoord serve: cannot start: {failure}", file=sys.stderr, flush=True)
         return 2
     return 0

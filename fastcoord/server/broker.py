@@ -53,14 +53,14 @@ class Broker:
     def topic_partitions(self, name: str, create: bool) -> int | None:
         count = self.topics.get(name)
         if count is None and create and len(self.topics) < MAX_TOPICS and _valid_topic(name):
-            count = self.topics[name] = self.config.default_partitions
+            count = self.topics[name] = self.config.num_partitions
         return count
 
     def metadata(self, req: MetadataRequest, version: int) -> MetadataResponse:
         # v0: an empty list means every topic; v1+: null means every topic.
         every = req.topics is None or (version == 0 and not req.topics)
         names = sorted(self.topics) if every else [t.name or "" for t in req.topics or []]
-        create = version < 4 or req.allow_auto_topic_creation
+        create = self._creates(version < 4 or req.allow_auto_topic_creation)
         topics = []
         for name in names:
             count = self.topic_partitions(name, create)
@@ -96,6 +96,16 @@ class Broker:
             controller_id=self.node_id,
             topics=topics,
         )
+
+    def _creates(self, client_allows: bool) -> bool:
+        """Whether a topic a Metadata request names comes into being (auto.create.topics).
+
+        Kafka creates one only when the request allows it and the broker's
+        auto.create.topics.enable is on. fastcoord's default, always, creates it whatever
+        the request says: a consumer's Metadata (librdkafka's among them) says false, and a
+        coordinator for load tests has no data to protect from a mistyped name."""
+        mode = self.config.auto_create_topics
+        return mode == "always" or (mode == "client" and client_allows)
 
     # -- FindCoordinator ------------------------------------------------------------------
 

@@ -29,7 +29,8 @@ class DataDirLock:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
             raise DataDirLocked(
-                f"{self.path.parent} is in use by another fastcoord server (pid {holder})"
+                f"{self.path.parent} is in use by another fastcoord server (pid {holder}); "
+                "stop it, or choose another --data-dir"
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from fastcoord.core.records import Record
 from fastcoord.storage import segment
@@ -22,6 +22,29 @@ from fastcoord.storage.appender import Appender, Done, Policy
 from fastcoord.storage.cleaner import LogCleaner
 from fastcoord.storage.lock import DataDirLock
 from fastcoord.storage.log import PartitionLog, directory
+
+
+class Store(Protocol):
+    """What the server needs of a store: this durable one, or MemoryStore (--in-memory)."""
+
+    @property
+    def appender(self) -> Appender | None: ...
+
+    def open(self) -> None: ...
+
+    def log_bytes(self) -> dict[int, int]: ...
+
+    def recover(self, partition: int) -> list[Record]: ...
+
+    def start(self, report: Callable[[Callable[[], None]], None], done: Done) -> None: ...
+
+    def loaded(self, partition: int) -> None: ...
+
+    def append(
+        self, token: int, records: list[Record], partition_of: Callable[[str], int]
+    ) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class LogCleanerSettings(NamedTuple):

@@ -85,7 +85,7 @@ def fastcoord_server(
         if wait_loaded:
             # It answers at once, but COORDINATOR_LOAD_IN_PROGRESS until its log is loaded;
             # clients retry that, most tests would rather not.
-            _wait_for(r"loaded (\d+) records", process, log_path)
+            _wait_for(r"loaded (\d+) groups", process, log_path)
         yield RunningServer(process, port, log_path)
     finally:
         if process.poll() is None:

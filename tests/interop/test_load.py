@@ -75,7 +75,7 @@ def test_a_large_log_loads_behind_a_progress_line(tmp_path: Path) -> None:
             1: last_round + 1,
             TOPIC_PARTITIONS - 1: count - 1,
         }
-        while f"loaded {count} records of 50 partitions" not in server.log():
+        while f"{count} records of 50 partitions" not in server.log():
             assert time.monotonic() < deadline, "the load did not finish"
             time.sleep(0.05)  # the partitions after this group's are still loading
     # Off a terminal rich prints the finished line once.

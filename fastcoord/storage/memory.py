@@ -1,0 +1,48 @@
+"""`--in-memory`: a store that keeps nothing, for throwaway load tests.
+
+It stands where the OffsetsStore stands and acknowledges every write as soon as the event
+loop turns, as the appender would report a write that took no time: the core still sees a
+write acknowledged after the Result that asked for it, never within it. There is no data
+directory, no lock and nothing to load; a restart starts empty.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from fastcoord.core.records import Record
+from fastcoord.protocol.errors import ErrorCode
+from fastcoord.storage.appender import Done
+
+
+class MemoryStore:
+    appender = None  # nothing is ever on its way to disk
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self._report: Callable[[Callable[[], None]], None] | None = None
+        self._done: Done | None = None
+
+    def open(self) -> None:
+        pass
+
+    def log_bytes(self) -> dict[int, int]:
+        return dict.fromkeys(range(self.partitions), 0)
+
+    def recover(self, partition: int) -> list[Record]:
+        return []
+
+    def start(self, report: Callable[[Callable[[], None]], None], done: Done) -> None:
+        self._report = report
+        self._done = done
+
+    def loaded(self, partition: int) -> None:
+        pass
+
+    def append(self, token: int, records: list[Record], partition_of: Callable[[str], int]) -> None:
+        assert self._report is not None and self._done is not None, "start() first"
+        self._report(functools.partial(self._done, [token], ErrorCode.NONE))
+
+    def close(self) -> None:
+        pass
