@@ -1,16 +1,26 @@
 # The two commands a fresh machine needs: `make serve` and `make test`. Each creates the
 # virtual environment .venv and installs fastcoord into it, building the Cython extensions.
+# `make serve` installs what serving needs and nothing more; `make test` adds the test and
+# benchmark tools (and Cython, for rebuilding the extensions in place).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+SOURCES := pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.h)
+SERVE_STAMP := $(VENV)/.installed-serve
+STAMP := $(VENV)/.installed-test
 
 .PHONY: serve test test-ext test-twins test-slow lint bench debug compile clean
 
-$(STAMP): pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.h)
+$(SERVE_STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip "setuptools>=77" wheel "Cython>=3.0,<4" numpy
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(SERVE_STAMP)
+
+# The test and benchmark tools as pyproject.toml lists them, installed beside fastcoord
+# without building it again; setuptools for `make compile`.
+$(STAMP): $(SERVE_STAMP)
+	$(BIN)/python -c 'import tomllib; x = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(sorted({*x["test"], *x["bench"], "setuptools>=77", "wheel"})))' > $(VENV)/requirements-test.txt
+	$(BIN)/python -m pip install --quiet -r $(VENV)/requirements-test.txt
 	touch $(STAMP)
 
 compile: $(STAMP)  ## rebuild the Cython extensions in place after editing _ext/
@@ -19,8 +29,8 @@ compile: $(STAMP)  ## rebuild the Cython extensions in place after editing _ext/
 debug: $(STAMP)  ## line tracing and invariant checks (FASTCOORD_DEBUG_BUILD=1)
 	FASTCOORD_DEBUG_BUILD=1 $(BIN)/python setup.py --quiet build_ext --inplace --force
 
-serve: $(STAMP)
-	$(BIN)/fastcoord serve
+serve: $(SERVE_STAMP)  ## settings after ARGS: make serve ARGS="--in-memory --topic orders:3"
+	$(BIN)/fastcoord serve $(ARGS)
 
 test: $(STAMP) compile lint test-ext test-twins
 

@@ -1,5 +1,5 @@
 """OffsetCommit throughput over loopback: `fastcoord serve` under each fsync policy against the
-librdkafka mock cluster, measured in the same run by the same client (issue 5).
+librdkafka mock cluster, measured in the same run by the same client.
 
 Peers, each a subprocess pinned to the same core (the client to another), started and stopped
 by PID (benches/loopback.py):

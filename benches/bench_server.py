@@ -1,6 +1,6 @@
 """Heartbeat round trips over loopback: `fastcoord serve` against the librdkafka mock cluster.
 
-Issue 4's aims, for one member on one connection with the server on one core:
+The aims, for one member on one connection with the server on one core:
 - pipelined (256 heartbeats in flight): at or over 500k heartbeats/s, and 5x the mock's rate;
 - one request in flight: p50 round trip within 1.5x the mock's.
 

@@ -2,7 +2,7 @@
 and its slicing-by-8 table forced) against the pure-Python twin (storage/crc32c.py) in the
 same run.
 
-MB/s = size / time. Recovery of a log of 1M committed offsets (issue 5's aim: under 3 s),
+MB/s = size / time. Recovery of a log of 1M committed offsets (the aim: under 3 s),
 and a compaction pass over it.
 CRC inputs are built once at import and the class has no `setup`, for the
 reason given in bench_protocol.py (asv#966).
@@ -78,7 +78,7 @@ def _write_log(path: Path, count: int, keys: int = 1_000_000, segment_bytes: int
 
 
 class Recovery:
-    """Start-up time for the issue's 1M committed offsets (aim: under 3 s): read and check
+    """Start-up time for 1M committed offsets (aim: under 3 s): read and check
     the segment (CRC32C, decode), then replay every record into a fresh Coordinator."""
 
     timeout = 300

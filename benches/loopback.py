@@ -67,7 +67,7 @@ _HB_RESPONSE = struct.Struct(">iiih")
 _HB_RESPONSE_SIZE = _HB_RESPONSE.size - 4
 _SIZE = struct.Struct(">i")
 # Versions the client asks for (capped by what the peer announces): non-flexible ones, as
-# the issue's peers were measured with Heartbeat v3.
+# the peers' reference figures were taken with Heartbeat v3.
 WANTED_VERSIONS = {
     ApiKey.FIND_COORDINATOR: 2,
     ApiKey.JOIN_GROUP: 5,

@@ -1,4 +1,5 @@
-"""The coordinator's settings, with Kafka's broker names and defaults (KAFKA-FACTS.md).
+"""The coordinator's settings, with Kafka's broker names and defaults
+(docs/kafka-compatibility.md).
 
 The server's configuration (flags, TOML) fills this Struct; the core reads nothing else.
 """

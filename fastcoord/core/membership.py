@@ -1,6 +1,6 @@
 """JoinGroup, SyncGroup, Heartbeat, LeaveGroup and their delayed operations.
 
-Follows Kafka's GroupCoordinator (the seeds; newer Kafka where KAFKA-FACTS.md says so):
+Follows Kafka's GroupCoordinator (newer Kafka where docs/kafka-compatibility.md says so):
 handleJoinGroup with doNewMemberJoinGroup / doCurrentMemberJoinGroup, KIP-394 pending
 members, KIP-345 static members and KIP-814 SkipAssignment; prepareRebalance with
 InitialDelayedJoin or DelayedJoin; onCompleteJoin; doSyncGroup with storeGroup; the pending
@@ -722,7 +722,7 @@ def heartbeat_error(
     version: int,
     now_ms: int,
 ) -> int:
-    """The checks in the seeds' order; a heartbeat that passes moves the session deadline."""
+    """The checks in GroupCoordinator's order; a heartbeat that passes moves the session deadline."""
     error = co.group_status_error(group_id, _HEARTBEAT)
     if error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
         return ErrorCode.NONE  # the group is still loading: answer blindly, as Kafka does

@@ -1,11 +1,11 @@
 """Durable records: what the coordinator writes to its log, and replays to rebuild itself.
 
-The same keys and meaning as Kafka's __consumer_offsets (GroupMetadataManager, KAFKA-FACTS):
+The same keys and meaning as Kafka's __consumer_offsets (GroupMetadataManager):
 an offset commit keyed by (group, topic, partition), and a group's metadata keyed by group,
 each with a value or None (a tombstone: the key is deleted). Durable state changes only by
 replaying these records (Coordinator.replay); a handler that changes durable state returns
 records and the state changes when they are durable. msgspec's array-like encoding keeps
-them compact on disk (the storage issue encodes them).
+them compact on disk (storage/segment.py frames them).
 """
 
 from __future__ import annotations

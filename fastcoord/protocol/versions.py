@@ -1,6 +1,6 @@
 """The one table of served APIs and versions; the ApiVersions response is built from it.
 
-Ranges are those of ../shared/design/KAFKA-FACTS.md. Produce is not served: fastcoord is a
+Ranges are those of docs/kafka-compatibility.md. Produce is not served: fastcoord is a
 group coordinator whose topics are always empty.
 """
 

@@ -9,7 +9,7 @@ from tests.core.harness import FAST, Harness
 # -- Heartbeat --------------------------------------------------------------------------
 
 
-def test_heartbeat_checks_in_the_order_of_the_seeds() -> None:
+def test_heartbeat_checks_in_the_group_coordinators_order() -> None:
     h = Harness(FAST)
     leader, follower = h.stable_group(2)
     assert h.heartbeat(leader, 1, group_id="") == ErrorCode.INVALID_GROUP_ID

@@ -1,4 +1,5 @@
-"""JoinGroup and SyncGroup, scenario by scenario, in virtual time (the seeds' walkthroughs)."""
+"""JoinGroup and SyncGroup, scenario by scenario, in virtual time, as walkthroughs of
+Kafka's GroupCoordinator tell them."""
 
 from __future__ import annotations
 

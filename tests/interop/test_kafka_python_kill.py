@@ -36,7 +36,7 @@ def test_a_killed_member_is_replaced_after_its_session_timeout(server: RunningSe
         killed_at = time.monotonic()
         # The coordinator hears nothing more from the victim: it must expire its session
         # (6 s), rebalance, and hand the victim's partitions to the survivors.
-        limit_s = SESSION_TIMEOUT_MS / 1000 + 5  # the "a few seconds", as for confluent
+        limit_s = SESSION_TIMEOUT_MS / 1000 + 5  # "a few seconds", as for confluent
         owned = settle(survivors, timeout_s=limit_s)
         took_s = time.monotonic() - killed_at
         assert took_s <= limit_s

@@ -1,0 +1,60 @@
+"""The README's quickstart runs as written: each Python example, in order, against the real
+`fastcoord serve` on its default settings (only the port differs)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.interop.server import RunningServer, fastcoord_server
+
+README = Path(__file__).parent.parent / "README.md"
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def quickstart_examples() -> list[str]:
+    quickstart = README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", quickstart, re.DOTALL)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    with fastcoord_server(tmp_path_factory.mktemp("readme")) as running:
+        yield running
+
+
+def run_example(server: RunningServer, code: str) -> str:
+    assert DEFAULT_BOOTSTRAP in code
+    result = subprocess.run(
+        [sys.executable, "-c", code.replace(DEFAULT_BOOTSTRAP, server.bootstrap)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_the_quickstart_has_its_four_examples() -> None:
+    assert len(quickstart_examples()) == 4
+
+
+def test_the_quickstart_examples_run_in_order(server: RunningServer) -> None:
+    kafka_python, confluent, kafka_python_admin, confluent_admin = quickstart_examples()
+    assert run_example(server, kafka_python).strip() == (
+        "{TopicPartition(topic='orders', partition=0)}"
+    )
+    assert "TopicPartition{topic=orders,partition=0" in run_example(server, confluent)
+    listed = run_example(server, kafka_python_admin)
+    assert "'group_id': 'orders-app'" in listed
+    assert "'group_state': 'Empty'" in listed  # both consumers have left
+    assert "OffsetAndMetadata(offset=42" in listed
+    described = run_example(server, confluent_admin).splitlines()
+    assert described[0] == "orders-app ConsumerGroupState.EMPTY"
+    assert described[1].startswith("ConsumerGroupState.EMPTY")
+    assert "TopicPartition{topic=orders,partition=0,offset=42," in described[2]
