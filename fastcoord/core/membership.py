@@ -722,7 +722,7 @@ def heartbeat_error(
     version: int,
     now_ms: int,
 ) -> int:
-    """The checks in GroupCoordinator's order; a heartbeat that passes moves the session deadline."""
+    """The checks in GroupCoordinator's order; a heartbeat that passes moves the deadline."""
     error = co.group_status_error(group_id, _HEARTBEAT)
     if error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
         return ErrorCode.NONE  # the group is still loading: answer blindly, as Kafka does
