@@ -7,9 +7,10 @@ schema into a StructPlan whose `regular_wire`/`tagged_wire` describe the layout 
 into typed NStruct/NField objects once (cached in `plan.native`) and walks them.
 
 It answers only what it is sure of. On any irregularity (truncated or oversized field,
-invalid UTF-8, null where not allowed, a value out of range or of an unexpected type, bytes
-left over) it raises _Irregular internally and hands the whole body to the twin, which gives
-the answer, usually a ProtocolError naming the field. So errors are the twin's by
+invalid UTF-8, null where not allowed, a value out of range or of an unexpected type) it
+raises _Irregular internally and hands the whole body to the twin, which gives the answer,
+usually a ProtocolError naming the field. Decoding stops at the end of the struct and says
+where that is: whether bytes may follow is for the caller to decide (codec.read_message). So errors are the twin's by
 construction, and the compiled code only has to be right on valid input, which the
 differential tests check.
 
@@ -303,7 +304,7 @@ cdef object read_struct(NStruct s, Cursor* c):
 
 
 def decode_body(plan, data, Py_ssize_t pos):
-    """Decode the struct that starts at `pos`; it must end the frame."""
+    """Decode the struct that starts at `pos`: the object and the position after it."""
     if type(data) is not bytes or pos < 0 or pos > PyBytes_GET_SIZE(data):
         return _twin.decode_body(plan, data, pos)
     cdef Cursor cur
@@ -312,11 +313,9 @@ def decode_body(plan, data, Py_ssize_t pos):
     cur.end = PyBytes_GET_SIZE(data)
     try:
         obj = read_struct(_native_struct(plan), &cur)
-        if cur.pos != cur.end:
-            raise _Irregular()
     except _Irregular:
         return _twin.decode_body(plan, data, pos)
-    return obj
+    return obj, cur.pos
 
 
 # ---------------------------------------------------------------------------- encoding

@@ -68,7 +68,7 @@ class HeartbeatV4:
 
     def time_decode_request_encode_response(self, impl: str) -> None:
         codec = IMPLS[impl]
-        header, _ = codec.decode_heartbeat_request(HEARTBEAT_FRAME)
+        header, _, _ = codec.decode_heartbeat_request(HEARTBEAT_FRAME)
         codec.encode_heartbeat_response(header.correlation_id, 4, HEARTBEAT_RESPONSE)
 
 

@@ -308,7 +308,10 @@ def is_flexible(cls: type[Message], version: int) -> bool:
 class BodyCodec(Protocol):
     """The interface that _ext/struct_codec.pyx and protocol/struct_codec.py share."""
 
-    def decode_body(self, plan: StructPlan, data: Buffer, pos: int) -> Any: ...
+    def decode_body(self, plan: StructPlan, data: Buffer, pos: int) -> tuple[Any, int]:
+        """The struct that starts at `pos`, and the position after it: what follows is
+        the caller's business (a request may be followed by bytes Kafka ignores)."""
+        ...
 
     def encode_body(self, plan: StructPlan, obj: Any) -> bytes: ...
 
@@ -316,14 +319,25 @@ class BodyCodec(Protocol):
 body_codec: BodyCodec = _accel.load("struct_codec", "fastcoord.protocol.struct_codec")
 
 
-def read_message(cls: type[M], version: int, data: Buffer, pos: int = 0) -> M:
-    """Decode one message body that starts at `pos` and ends the frame."""
+def read_message_at(cls: type[M], version: int, data: Buffer, pos: int) -> tuple[M, int]:
+    """Decode one message body that starts at `pos`: the message and the position after it."""
     try:
-        msg: M = body_codec.decode_body(
+        decoded: tuple[M, int] = body_codec.decode_body(
             plan_for(cls, version, is_flexible(cls, version)), data, pos
         )
     except ProtocolError as exc:
         raise exc.at(f"{cls.__name__} v{version}") from None
+    return decoded
+
+
+def read_message(cls: type[M], version: int, data: Buffer, pos: int = 0) -> M:
+    """Decode one message body that starts at `pos` and ends the frame (responses, whole
+    bodies: bytes left over mean the two sides disagree on the layout)."""
+    msg, end = read_message_at(cls, version, data, pos)
+    if end != len(data):
+        raise ProtocolError(f"{len(data) - end} bytes left over after the message").at(
+            f"{cls.__name__} v{version}"
+        )
     return msg
 
 

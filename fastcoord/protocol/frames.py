@@ -12,19 +12,29 @@ from typing import Protocol
 from fastcoord import _accel
 from fastcoord.protocol import framing
 from fastcoord.protocol.api_keys import ApiKey
-from fastcoord.protocol.framing import FrameBytes, decode_response, encode_request
-from fastcoord.protocol.headers import RequestHeader
+from fastcoord.protocol.framing import (
+    DecodedRequest,
+    FrameBytes,
+    decode_response,
+    encode_request,
+)
 from fastcoord.protocol.hot_frames import HeartbeatTable
 from fastcoord.protocol.messages import HeartbeatResponse
-from fastcoord.protocol.schema import Request, Response
+from fastcoord.protocol.schema import Response
 
-__all__ = ["decode_request", "decode_response", "encode_request", "encode_response"]
+__all__ = [
+    "DecodedRequest",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+]
 
 
 class HotFrames(Protocol):
     """The interface that _ext/hot_frames.pyx and protocol/hot_frames.py share."""
 
-    def decode_heartbeat_request(self, frame: bytes) -> tuple[RequestHeader, Request]: ...
+    def decode_heartbeat_request(self, frame: bytes) -> DecodedRequest: ...
 
     def encode_heartbeat_response(
         self, correlation_id: int, api_version: int, response: HeartbeatResponse
@@ -38,6 +48,7 @@ class HotFrames(Protocol):
         table: HeartbeatTable,
         now_ms: int,
         out: bytearray,
+        trailing: list[tuple[int, int]],
     ) -> tuple[int, int]: ...
 
 
@@ -45,8 +56,9 @@ hot: HotFrames = _accel.load("hot_frames", "fastcoord.protocol.hot_frames")
 _HEARTBEAT_PREFIX = ApiKey.HEARTBEAT.to_bytes(2, "big")
 
 
-def decode_request(frame: FrameBytes) -> tuple[RequestHeader, Request]:
-    """Decode one request frame (without its size prefix) into header and body."""
+def decode_request(frame: FrameBytes) -> DecodedRequest:
+    """Decode one request frame (without its size prefix): header, body, and the count of
+    bytes after the body, which are ignored as Kafka ignores them."""
     if type(frame) is bytes and frame[:2] == _HEARTBEAT_PREFIX:
         return hot.decode_heartbeat_request(frame)
     return framing.decode_request(frame)

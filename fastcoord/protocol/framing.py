@@ -5,13 +5,18 @@ bytes after the size (the server's connection layer splits the stream), reads th
 header whose version the API and version imply, and decodes the body. A request for an API
 key or version that is not served raises UnsupportedVersion with what was read of the
 header, so that the server can answer it. The encoders return complete frames, size first.
+
+Bytes after a well-formed request body are ignored, as Kafka's broker ignores them (it
+parses the header, then the body, and never looks at the rest; librdkafka 2.16 relies on
+that): `decode_request` returns how many there were, for the server to log. Responses are
+decoded strictly; fastcoord's own clients and tests want to hear of any disagreement.
 """
 
 from __future__ import annotations
 
 import struct
 
-from fastcoord.protocol.codec import is_flexible, read_message, write_message
+from fastcoord.protocol.codec import is_flexible, read_message, read_message_at, write_message
 from fastcoord.protocol.errors import ProtocolError, UnsupportedVersion
 from fastcoord.protocol.headers import (
     RequestHeader,
@@ -27,10 +32,13 @@ from fastcoord.protocol.versions import SERVED
 
 _SIZE = struct.Struct(">i")
 FrameBytes = bytes | bytearray | memoryview
+# A decoded request frame: its header, its body, and how many bytes followed the body.
+DecodedRequest = tuple[RequestHeader, Request, int]
 
 
-def decode_request(frame: FrameBytes) -> tuple[RequestHeader, Request]:
-    """Decode one request frame (without its size prefix) into header and body."""
+def decode_request(frame: FrameBytes) -> DecodedRequest:
+    """Decode one request frame (without its size prefix): header, body, and the count of
+    bytes after the body, which are ignored."""
     r = Reader(frame)
     try:
         api_key = r.int16()
@@ -54,8 +62,8 @@ def decode_request(frame: FrameBytes) -> tuple[RequestHeader, Request]:
         client_id = read_request_header_rest(r, request_header_version(flexible))
     except ProtocolError as exc:
         raise exc.within("client_id").at(f"{name} v{api_version} header") from None
-    body = read_message(api.request, api_version, r.data, r.pos)
-    return RequestHeader(api_key, api_version, correlation_id, client_id), body
+    body, end = read_message_at(api.request, api_version, r.data, r.pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id), body, r.end - end
 
 
 def encode_response(correlation_id: int, api_version: int, response: Response) -> bytes:

@@ -14,16 +14,15 @@ from typing import Protocol
 
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ProtocolError
-from fastcoord.protocol.framing import decode_request, encode_response
-from fastcoord.protocol.headers import RequestHeader
+from fastcoord.protocol.framing import DecodedRequest, decode_request, encode_response
 from fastcoord.protocol.messages import HeartbeatRequest, HeartbeatResponse
-from fastcoord.protocol.schema import Request
 
 _HEARTBEAT = ApiKey.HEARTBEAT.to_bytes(2, "big")
 
 
-def decode_heartbeat_request(frame: bytes) -> tuple[RequestHeader, Request]:
-    """Decode a frame whose API key is Heartbeat (any frame decodes as decode_request would)."""
+def decode_heartbeat_request(frame: bytes) -> DecodedRequest:
+    """Decode a frame whose API key is Heartbeat (any frame decodes as decode_request would):
+    header, body, and the count of bytes after the body."""
     return decode_request(frame)
 
 
@@ -39,7 +38,13 @@ class HeartbeatTable(Protocol):
 
 
 def answer_heartbeats(
-    buf: bytearray, pos: int, max_size: int, table: HeartbeatTable, now_ms: int, out: bytearray
+    buf: bytearray,
+    pos: int,
+    max_size: int,
+    table: HeartbeatTable,
+    now_ms: int,
+    out: bytearray,
+    trailing: list[tuple[int, int]],
 ) -> tuple[int, int]:
     """Answer the run of Heartbeat frames at buf[pos:] that the member table answers alone.
 
@@ -47,8 +52,10 @@ def answer_heartbeats(
     but the member table. Each answer is appended to `out`. The run stops before the first
     frame that is incomplete, larger than max_size, not a Heartbeat, malformed, from a
     static member, or that the table leaves to the full path (a negative code); the caller
-    handles that frame the ordinary way, with the same result. Returns (the position after
-    the last frame answered, how many were answered).
+    handles that frame the ordinary way, with the same result. Bytes after a frame's
+    message are ignored, as decode_request ignores them; for each answered frame that had
+    some, (its version, how many) is appended to `trailing`, for the server's log. Returns
+    (the position after the last frame answered, how many were answered).
     """
     if buf is out:
         raise ValueError("buf and out must be different bytearrays")
@@ -62,7 +69,7 @@ def answer_heartbeats(
         if buf[pos + 4 : pos + 6] != _HEARTBEAT:
             break
         try:
-            header, request = decode_request(bytes(buf[pos + 4 : pos + 4 + size]))
+            header, request, extra = decode_request(bytes(buf[pos + 4 : pos + 4 + size]))
         except ProtocolError:
             break
         assert isinstance(request, HeartbeatRequest)
@@ -75,6 +82,8 @@ def answer_heartbeats(
         out += encode_response(
             header.correlation_id, header.api_version, HeartbeatResponse(error_code=code)
         )
+        if extra:
+            trailing.append((header.api_version, extra))
         pos += 4 + size
         count += 1
     return pos, count

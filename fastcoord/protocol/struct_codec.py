@@ -9,20 +9,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fastcoord.protocol.errors import ProtocolError
 from fastcoord.protocol.primitives import Reader, Writer
 
 if TYPE_CHECKING:
     from fastcoord.protocol.codec import Buffer, StructPlan
 
 
-def decode_body(plan: StructPlan, data: Buffer, pos: int) -> Any:
-    """Decode the struct that starts at `pos`; it must end the frame."""
+def decode_body(plan: StructPlan, data: Buffer, pos: int) -> tuple[Any, int]:
+    """Decode the struct that starts at `pos`: the object and the position after it."""
     r = Reader(data, pos)
-    obj = plan.read(r)
-    if r.pos != r.end:
-        raise ProtocolError(f"{r.end - r.pos} bytes left over after the message")
-    return obj
+    return plan.read(r), r.pos
 
 
 def encode_body(plan: StructPlan, obj: Any) -> bytes:

@@ -15,8 +15,9 @@ this is exactly Kafka's muting; members sharing a connection do not wait for eac
 
 When a client stops reading, the queue reaches connection.max.inflight.requests and
 reading stops until it drains. A malformed frame closes this connection, with a log line
-naming the peer and the reason; nothing else is affected. At shutdown the connection stops
-reading and closes once it has sent every answer it owes.
+naming the peer and the reason; nothing else is affected. Bytes after a well-formed
+request's message are ignored, as Kafka ignores them, with a DEBUG line per request. At
+shutdown the connection stops reading and closes once it has sent every answer it owes.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersion
 from fastcoord.protocol.framing import encode_response
 from fastcoord.protocol.headers import RequestHeader
-from fastcoord.protocol.messages import JoinGroupRequest, SyncGroupRequest
+from fastcoord.protocol.messages import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
 from fastcoord.protocol.schema import Request, Response
 from fastcoord.protocol.versions import api_versions_response
 
@@ -227,16 +228,28 @@ class Connection:
         if table is None:
             return pos
         out = bytearray()
+        trailing: list[tuple[int, int]] = []
         pos, answered = frames.hot.answer_heartbeats(
-            buf, pos, max_size, table, self.server.now_ms(), out
+            buf, pos, max_size, table, self.server.now_ms(), out, trailing
         )
         if answered:
             self.fill(self._slot(None), bytes(out))
+        for version, extra in trailing:
+            self._ignored(HeartbeatRequest, version, extra)
         return pos
+
+    def _ignored(self, cls: type[Request], version: int, extra: int) -> None:
+        log.debug(
+            "%s sent %s v%d with %d bytes after the message: ignored, as Kafka does",
+            self.peer,
+            cls.__name__,
+            version,
+            extra,
+        )
 
     def _handle(self, frame: bytes) -> None:
         try:
-            header, request = frames.decode_request(frame)
+            header, request, extra = frames.decode_request(frame)
         except UnsupportedVersion as exc:
             if exc.api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer in v0 with our ranges so that the client can pick one.
@@ -254,6 +267,8 @@ class Connection:
         except ProtocolError as exc:
             self.close(f"malformed request: {exc}")
             return
+        if extra:
+            self._ignored(type(request), header.api_version, extra)
         self._dispatch(self._slot(header), header, request)
 
     def _slot(self, header: RequestHeader | None) -> Slot:

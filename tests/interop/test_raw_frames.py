@@ -21,6 +21,7 @@ from fastcoord.protocol.messages import (
     HeartbeatResponse,
     JoinGroupRequest,
     JoinGroupRequestProtocol,
+    MetadataResponse,
     SyncGroupRequest,
     SyncGroupRequestAssignment,
 )
@@ -230,3 +231,78 @@ def test_a_client_that_does_not_read_is_not_read_either(server: RunningServer) -
     while "has not read its answers" not in server.log() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert f"client at 127.0.0.1:{greedy.sock.getsockname()[1]} has not read" in server.log()
+
+
+# -- bytes after a request's message: ignored, as Kafka ignores them -----------------------
+
+# librdkafka 2.16's all-topics Metadata v12 request (correlation id 3, client id "rdkafka"):
+# header v2, then an int32 zero where the compact topic array goes, then
+# allow_auto_topic_creation, include_topic_authorized_operations and the tagged fields.
+# Kafka reads the first zero byte as a null array (every topic), the next three as the
+# rest of the body, and ignores the three bytes left.
+LIBRDKAFKA_ALL_TOPICS = bytes.fromhex("0003000c00000003000772646b61666b6100") + b"\0\0\0\0\x01\0\0"
+
+
+@pytest.fixture
+def debug_server(tmp_path: Path) -> Iterator[RunningServer]:
+    with fastcoord_server(
+        tmp_path,
+        "--log-level",
+        "DEBUG",
+        "--group-initial-rebalance-delay-ms",
+        "0",
+        "--topic",
+        "orders-a:3",
+        "--topic",
+        "payments:4",
+    ) as running:
+        yield running
+
+
+def wait_for_log(server: RunningServer, text: str) -> None:
+    deadline = time.monotonic() + 10
+    while text not in server.log():
+        assert time.monotonic() < deadline, f"not logged: {text!r}\n{server.log()}"
+        time.sleep(0.05)
+
+
+def test_librdkafkas_all_topics_metadata_request_is_answered(debug_server: RunningServer) -> None:
+    c = Client(debug_server)
+    c.sock.sendall(struct.pack(">i", len(LIBRDKAFKA_ALL_TOPICS)) + LIBRDKAFKA_ALL_TOPICS)
+    size = struct.unpack(">i", c._exactly(4))[0]
+    correlation_id, response = framing.decode_response(ApiKey.METADATA, 12, c._exactly(size))
+    assert correlation_id == 3
+    assert isinstance(response, MetadataResponse)
+    assert {t.name: len(t.partitions) for t in response.topics} == {"orders-a": 3, "payments": 4}
+    assert all(t.error_code == ErrorCode.NONE for t in response.topics)
+    # The connection stays open, and the next request on it is answered.
+    c.send(ApiVersionsRequest(), 0)
+    assert c.receive(ApiKey.API_VERSIONS, 0).error_code == 0
+    port = c.sock.getsockname()[1]
+    wait_for_log(
+        debug_server, f"127.0.0.1:{port} sent MetadataRequest v12 with 3 bytes after the message"
+    )
+    assert "closing connection" not in debug_server.log()
+
+
+def test_heartbeats_with_bytes_after_them_are_answered(debug_server: RunningServer) -> None:
+    good, member_id = member(debug_server)
+    batch = b""
+    for i in range(20):  # back to back: the fast loop answers runs of them
+        good.correlation += 1
+        header = RequestHeader(ApiKey.HEARTBEAT, 3, good.correlation, "raw")
+        inner = framing.encode_request(header, HeartbeatRequest("g", 1, member_id, None))[4:]
+        extra = b"\0" * (1 + i % 3)
+        batch += struct.pack(">i", len(inner) + len(extra)) + inner + extra
+    good.sock.sendall(batch)
+    for i in range(20):
+        response = good.receive(ApiKey.HEARTBEAT, 3)
+        assert isinstance(response, HeartbeatResponse) and response.error_code == 0, (i, response)
+    assert heartbeat_ok(good, member_id)
+    port = good.sock.getsockname()[1]
+    for count in (1, 2, 3):
+        wait_for_log(
+            debug_server,
+            f"127.0.0.1:{port} sent HeartbeatRequest v3 with {count} bytes after the message",
+        )
+    assert "closing connection" not in debug_server.log()

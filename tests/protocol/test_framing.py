@@ -81,8 +81,8 @@ def test_flexible_request_uses_header_v2_and_keeps_the_int16_client_id() -> None
     frame = framing.encode_request(header(ApiKey.API_VERSIONS, 3), ApiVersionsRequest("py", "1"))
     # size | key 18 | version 3 | correlation 42 | client id, int16 length | header tags
     assert frame[4:23] == b"\x00\x12\x00\x03\x00\x00\x00\x2a\x00\x08client-1\x00"
-    hdr, body = framing.decode_request(frame[4:])
-    assert hdr == header(ApiKey.API_VERSIONS, 3)
+    hdr, body, extra = framing.decode_request(frame[4:])
+    assert (hdr, extra) == (header(ApiKey.API_VERSIONS, 3), 0)
     assert body == ApiVersionsRequest("py", "1")
 
 

@@ -43,6 +43,12 @@ def heartbeat_frames(draw: st.DrawFn) -> bytes:
 
 
 @st.composite
+def padded_heartbeat_frames(draw: st.DrawFn) -> bytes:
+    """A valid frame with bytes after its message, which Kafka ignores."""
+    return draw(heartbeat_frames()) + draw(st.binary(min_size=1, max_size=8))
+
+
+@st.composite
 def mutated_heartbeat_frames(draw: st.DrawFn) -> bytes:
     frame = bytearray(draw(heartbeat_frames()))
     for _ in range(draw(st.integers(1, 3))):
@@ -67,6 +73,16 @@ def test_valid_heartbeat_requests_decode_the_same(frame: bytes) -> None:
     assert result == outcome(twin.decode_heartbeat_request, frame)
 
 
+@settings(max_examples=400)
+@given(heartbeat_frames(), st.binary(min_size=1, max_size=8))
+def test_bytes_after_a_heartbeat_are_counted_the_same(frame: bytes, extra: bytes) -> None:
+    header, request, none = twin.decode_heartbeat_request(frame)
+    assert none == 0
+    expected = ("ok", (header, request, len(extra)))
+    assert outcome(compiled.decode_heartbeat_request, frame + extra) == expected
+    assert outcome(twin.decode_heartbeat_request, frame + extra) == expected
+
+
 @settings(max_examples=1000)
 @given(st.one_of(mutated_heartbeat_frames(), st.binary(max_size=40)))
 def test_malformed_heartbeat_requests_fail_the_same(frame: bytes) -> None:
@@ -81,7 +97,13 @@ def test_tagged_fields_in_a_v4_frame_are_read_by_the_generic_path() -> None:
     # Replace the body's empty tagged-field section with one unknown tag of 2 bytes.
     tagged = frame[:-1] + b"\x01\x05\x02hi"
     assert compiled.decode_heartbeat_request(tagged) == twin.decode_heartbeat_request(tagged)
-    assert compiled.decode_heartbeat_request(tagged)[1] == HeartbeatRequest("g", 1, "m", None)
+    assert compiled.decode_heartbeat_request(tagged)[1:] == (HeartbeatRequest("g", 1, "m", None), 0)
+    # ...and with bytes after the message, the generic path counts them as the hot path does.
+    assert compiled.decode_heartbeat_request(tagged + b"\0\0")[1:] == (
+        HeartbeatRequest("g", 1, "m", None),
+        2,
+    )
+    assert twin.decode_heartbeat_request(tagged + b"\0\0")[2] == 2
 
 
 @settings(max_examples=400)
@@ -137,9 +159,12 @@ class Table:
 
 @st.composite
 def stream_frames(draw: st.DrawFn) -> bytes:
-    kind = draw(st.sampled_from(["heartbeat", "heartbeat", "heartbeat", "mutated", "other", "raw"]))
+    kinds = ["heartbeat", "heartbeat", "heartbeat", "padded", "mutated", "other", "raw"]
+    kind = draw(st.sampled_from(kinds))
     if kind == "heartbeat":
         frame = draw(heartbeat_frames())
+    elif kind == "padded":
+        frame = draw(padded_heartbeat_frames())
     elif kind == "mutated":
         frame = draw(mutated_heartbeat_frames())
     elif kind == "other":
@@ -157,13 +182,17 @@ def test_answer_heartbeats_matches_the_twin(chunks: list[bytes], skip: int, max_
     start = min(skip, len(buf))
     answers = []
     for module in (compiled, twin):
-        table, out = Table(), bytearray(b"keep")
-        result = outcome(module.answer_heartbeats, bytearray(buf), start, max_size, table, 7, out)
-        answers.append((result, table.calls, bytes(out)))
+        table, out, trailing = Table(), bytearray(b"keep"), [(-1, -1)]
+        result = outcome(
+            module.answer_heartbeats, bytearray(buf), start, max_size, table, 7, out, trailing
+        )
+        answers.append((result, table.calls, bytes(out), trailing))
     assert answers[0] == answers[1]
-    (status, (pos, count)), calls, out = answers[1]
+    (status, (pos, count)), calls, out, trailing = answers[1]
     assert status == "ok" and start <= pos <= len(buf) and count <= len(calls)
     assert out.startswith(b"keep")
+    assert trailing[0] == (-1, -1) and len(trailing) <= count + 1
+    assert all(0 <= version <= 4 and extra > 0 for version, extra in trailing[1:])
 
 
 def test_answer_heartbeats_stops_where_the_full_path_must_answer() -> None:
@@ -174,12 +203,40 @@ def test_answer_heartbeats_stops_where_the_full_path_must_answer() -> None:
     for module in (compiled, twin):
         good = frame("a") + frame("bb", 4) + frame("ccc", 0)
         for stopper in (frame("xa"), frame("s", instance="static"), frame("a")[:-1]):
-            table, out = Table(), bytearray()
+            table, out, trailing = Table(), bytearray(), []
             buf = bytearray(good + stopper + frame("a"))
-            pos, count = module.answer_heartbeats(buf, 0, 1 << 20, table, 5, out)
-            assert (pos, count) == (len(good), 3)
+            pos, count = module.answer_heartbeats(buf, 0, 1 << 20, table, 5, out, trailing)
+            assert (pos, count, trailing) == (len(good), 3, [])
             expected = [
                 frames.encode_response(len(m), v, HeartbeatResponse(error_code=code))
                 for m, v, code in (("a", 3, 22), ("bb", 4, 0), ("ccc", 0, 11))
             ]
             assert bytes(out) == b"".join(expected)
+
+
+def test_answer_heartbeats_answers_heartbeats_with_bytes_after_them() -> None:
+    """As Kafka, the bytes after the message are ignored; each answered frame that had some
+    is reported as (version, count), for the server's log."""
+
+    def frame(member: str, version: int, extra: bytes = b"") -> bytes:
+        header = RequestHeader(ApiKey.HEARTBEAT, version, len(member), "c")
+        inner = framing.encode_request(header, HeartbeatRequest("g", 1, member, None))[4:]
+        return (len(inner) + len(extra)).to_bytes(4, "big") + inner + extra
+
+    expected = b"".join(
+        frames.encode_response(len(m), v, HeartbeatResponse(error_code=code))
+        for m, v, code in (("a", 3, 22), ("bb", 4, 0), ("ccc", 0, 11), ("dddd", 4, 22))
+    )
+    for module in (compiled, twin):
+        buf = bytearray(
+            frame("a", 3, b"\0\0\0")
+            + frame("bb", 4)
+            + frame("ccc", 0, b"\xff")
+            + frame("dddd", 4, b"\x01\0\0\0\0")
+            + frame("xa", 4, b"\0")  # the table leaves this one to the full path
+        )
+        table, out, trailing = Table(), bytearray(), []
+        pos, count = module.answer_heartbeats(buf, 0, 1 << 20, table, 5, out, trailing)
+        assert (len(buf) - pos, count) == (len(frame("xa", 4, b"\0")), 4)
+        assert bytes(out) == expected
+        assert trailing == [(3, 3), (0, 1), (4, 5)]

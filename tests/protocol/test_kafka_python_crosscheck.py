@@ -385,8 +385,9 @@ def test_request_frame_from_kafka_python(case: tuple[type[Message], int], mode: 
     kp_obj.with_header(correlation_id=correlation_id, client_id=client_id)
     frame = bytes(kp_obj.encode(version=version, header=True, framed=True))
     assert _size_prefix_ok(frame)
-    header, body = decode_request(frame[4:])
+    header, body, extra = decode_request(frame[4:])
     assert header == RequestHeader(cls.API_KEY, version, correlation_id, client_id)
+    assert extra == 0
     assert body == msg, difference(msg, body)
 
 

@@ -59,7 +59,11 @@ def test_random_messages_agree(case: tuple[type[Message], int], data: st.DataObj
     msg = data.draw(struct_strategy(cls, version))
     encoded = compiled.encode_body(plan, msg)
     assert encoded == twin.encode_body(plan, msg)
-    assert compiled.decode_body(plan, encoded, 0) == twin.decode_body(plan, encoded, 0) == msg
+    decoded = (msg, len(encoded))
+    assert compiled.decode_body(plan, encoded, 0) == twin.decode_body(plan, encoded, 0) == decoded
+    # Bytes after the message are not read: the codec says where the message ended.
+    padded = encoded + data.draw(st.binary(min_size=1, max_size=12))
+    assert compiled.decode_body(plan, padded, 0) == twin.decode_body(plan, padded, 0) == decoded
 
 
 @pytest.mark.parametrize("case", ALL_MESSAGE_VERSIONS, ids=message_id)
@@ -71,21 +75,26 @@ def test_edge_and_mutated_messages_agree(case: tuple[type[Message], int]) -> Non
         msg = edge_instance(cls, version, mode)
         encoded = compiled.encode_body(plan, msg)
         assert encoded == twin.encode_body(plan, msg)
-        assert compiled.decode_body(plan, encoded, 0) == msg
+        assert compiled.decode_body(plan, encoded, 0) == (msg, len(encoded))
         for _ in range(30):
             broken = mutate(rng, encoded)
             assert outcome(compiled.decode_body, plan, broken, 0) == outcome(
                 twin.decode_body, plan, broken, 0
             )
+            padded = encoded + rng.randbytes(rng.randint(1, 8))
+            assert compiled.decode_body(plan, padded, 0) == (msg, len(encoded))
+            assert twin.decode_body(plan, padded, 0) == (msg, len(encoded))
 
 
 def test_body_after_an_offset_and_other_buffer_types() -> None:
     msg = JoinGroupRequest(group_id="g", protocol_type="consumer")
     plan = plan_for(JoinGroupRequest, 7, True)
     body = compiled.encode_body(plan, msg)
-    assert compiled.decode_body(plan, b"header" + body, 6) == msg
-    assert compiled.decode_body(plan, bytearray(body), 0) == msg
-    assert compiled.decode_body(plan, memoryview(body), 0) == msg
+    end = len(body)
+    assert compiled.decode_body(plan, b"header" + body, 6) == (msg, 6 + end)
+    assert compiled.decode_body(plan, b"header" + body + b"more", 6) == (msg, 6 + end)
+    assert compiled.decode_body(plan, bytearray(body), 0) == (msg, end)
+    assert compiled.decode_body(plan, memoryview(body + b"more"), 0) == (msg, end)
 
 
 def test_tagged_fields_are_written_only_when_not_default() -> None:
@@ -99,7 +108,7 @@ def test_tagged_fields_are_written_only_when_not_default() -> None:
     a, b = compiled.encode_body(plan, plain), compiled.encode_body(plan, tagged)
     assert a == twin.encode_body(plan, plain) and b == twin.encode_body(plan, tagged)
     assert len(b) == len(a) + 1 + 1 + 9  # tag, size, two int32s and the struct's tag count
-    assert compiled.decode_body(plan, b, 0) == tagged
+    assert compiled.decode_body(plan, b, 0) == (tagged, len(b))
 
 
 BAD_VALUES = [
