@@ -201,7 +201,9 @@ class ServerConfig(
         int, _int(1), Doc(LOGGING, "...or of this span of time, whichever comes first", "ms")
     ] = 3_600_000
     event_log_retention_ms: Annotated[
-        int, _int(1), Doc(LOGGING, "event files older than this are deleted", "ms")
+        int,
+        _int(1),
+        Doc(LOGGING, "event files whose newest event is older than this are deleted", "ms"),
     ] = 604_800_000
 
     def __post_init__(self) -> None:

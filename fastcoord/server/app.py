@@ -284,7 +284,7 @@ class Server:
                 len(self.connections),
             )
         if self.event_log is not None:
-            await self.event_log.flush()
+            await self.event_log.close()
 
 
 def log_event(event: Event) -> None:
@@ -377,7 +377,13 @@ async def _serve(
     server = Server(config, store, files.max_connections)
     server.broker.port = port
     if config.event_log and not config.in_memory:
-        server.event_log = EventLog(Path(config.data_dir) / "events", config.event_log_flush_ms)
+        server.event_log = EventLog(
+            Path(config.data_dir) / "events",
+            config.event_log_flush_ms,
+            config.event_log_roll_bytes,
+            config.event_log_roll_ms,
+            config.event_log_retention_ms,
+        )
     store.start(trio.lowlevel.current_trio_token().run_sync_soon, server.appended)
     print(f"listening on {config.host}:{port}", flush=True)
     if config.in_memory:
