@@ -22,7 +22,7 @@ from fastcoord.protocol.messages import (
 from fastcoord.protocol.primitives import Writer
 from fastcoord.protocol.versions import SERVED, api_versions_response
 
-KAFKA_FACTS_RANGES = {
+KAFKA_RANGES = {
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
@@ -39,7 +39,7 @@ KAFKA_FACTS_RANGES = {
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
 }
-KAFKA_FACTS_FLEXIBLE = {
+KAFKA_FLEXIBLE = {
     ApiKey.FETCH: 12,
     ApiKey.LIST_OFFSETS: 6,
     ApiKey.METADATA: 9,
@@ -58,18 +58,18 @@ KAFKA_FACTS_FLEXIBLE = {
 }
 
 
-def test_served_table_is_kafka_facts() -> None:
-    assert {k: (a.min_version, a.max_version) for k, a in SERVED.items()} == KAFKA_FACTS_RANGES
+def test_served_table_is_the_documented_one() -> None:
+    assert {k: (a.min_version, a.max_version) for k, a in SERVED.items()} == KAFKA_RANGES
     for key, api in SERVED.items():
         assert api.request.API_KEY == api.response.API_KEY == key
-        assert api.request.FLEXIBLE == api.response.FLEXIBLE == KAFKA_FACTS_FLEXIBLE[key]
+        assert api.request.FLEXIBLE == api.response.FLEXIBLE == KAFKA_FLEXIBLE[key]
     assert ApiKey.PRODUCE not in SERVED
 
 
 def test_api_versions_response_lists_the_table() -> None:
     resp = api_versions_response()
     assert [(a.api_key, a.min_version, a.max_version) for a in resp.api_keys] == sorted(
-        (k, lo, hi) for k, (lo, hi) in KAFKA_FACTS_RANGES.items()
+        (k, lo, hi) for k, (lo, hi) in KAFKA_RANGES.items()
     )
 
 
