@@ -40,13 +40,6 @@ def server(tmp_path: Path) -> Iterator[RunningServer]:
 OPEN: list[socket.socket] = []
 
 
-@pytest.fixture(autouse=True)
-def close_clients() -> Iterator[None]:
-    yield
-    while OPEN:
-        OPEN.pop().close()
-
-
 class Client:
     def __init__(self, server: RunningServer) -> None:
         self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)

@@ -13,7 +13,6 @@ import shlex
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,14 +22,7 @@ from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.messages import ApiVersionsRequest
 from tests.interop.server import command, fastcoord_server
 from tests.interop.test_durability import commit, committed
-from tests.interop.test_raw_frames import OPEN, Client, member
-
-
-@pytest.fixture(autouse=True)
-def close_clients() -> Iterator[None]:
-    yield
-    while OPEN:
-        OPEN.pop().close()
+from tests.interop.test_raw_frames import Client, member
 
 
 def refused(argv: list[str]) -> str:
