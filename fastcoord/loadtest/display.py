@@ -1,0 +1,202 @@
+"""What a load test shows its operator: a live view while it runs, a table at the end.
+
+On a terminal the live view (rich) is redrawn at every update; elsewhere (a CI log, a file)
+one plain line every 5 s says the same in brief, so that a log stays readable. The figures
+are the newest second that every worker reported (aggregate.py), so the view runs a second
+or so behind the workers.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from fastcoord.loadtest.aggregate import Snapshot
+
+PLAIN_EVERY_S = 5.0
+
+
+def fmt_ms(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    if value < 1:
+        return f"{value:.3f}"
+    if value < 100:
+        return f"{value:.2f}"
+    return f"{value:,.0f}"
+
+
+def fmt_errors(errors: Mapping[str, int]) -> str:
+    return ", ".join(f"{name} {n:,}" for name, n in errors.items() if n) or "-"
+
+
+def _clock(snapshot: Snapshot) -> str:
+    if snapshot.duration_s:
+        return f"{snapshot.elapsed_s} s / {snapshot.duration_s:g} s"
+    return f"{snapshot.elapsed_s} s"
+
+
+def _members(snapshot: Snapshot) -> str:
+    target = f" of {snapshot.target_members:,}" if snapshot.target_members is not None else ""
+    states = " ".join(f"{state} {n:,}" for state, n in snapshot.states.items())
+    return f"members{target}: {states}"
+
+
+def render(snapshot: Snapshot) -> RenderableType:
+    """The live view of one snapshot."""
+    head = Text.assemble(
+        ("fastcoord loadtest ", "bold"),
+        f"{_clock(snapshot)}   workers {snapshot.reporting}/{snapshot.workers}   ",
+        f"generator CPU {snapshot.cpu_s * 100:.0f}% of a core   ",
+        f"connections {snapshot.connections:,}",
+    )
+    apis = Table(title="requests in the last second", title_justify="left", expand=False)
+    apis.add_column("API")
+    for name in ("requests/s", "p50 ms", "p99 ms", "p99.9 ms"):
+        apis.add_column(name, justify="right")
+    apis.add_column("errors")
+    for name, view in snapshot.apis.items():
+        apis.add_row(
+            name,
+            f"{view.requests:,}",
+            fmt_ms(view.p50_ms),
+            fmt_ms(view.p99_ms),
+            fmt_ms(view.p99_9_ms),
+            fmt_errors(view.errors),
+        )
+    totals = Text(
+        f"run so far: {snapshot.requests:,} requests, {snapshot.failures:,} failed; "
+        f"errors: {fmt_errors(snapshot.errors)}; rebalances {snapshot.rebalances:,} "
+        f"({snapshot.unexpected_rebalances:,} unexpected); unexpected expirations "
+        f"{snapshot.unexpected_expirations:,}; commits {snapshot.commits:,}"
+    )
+    return Group(head, Text(_members(snapshot)), apis, totals)
+
+
+def plain_line(snapshot: Snapshot) -> str:
+    """The live view in one line, for output that is not a terminal."""
+    rates = sum(v.requests for v in snapshot.apis.values())
+    p99 = " ".join(f"{name} {fmt_ms(v.p99_ms)}" for name, v in snapshot.apis.items())
+    return (
+        f"{_clock(snapshot)} | {_members(snapshot)} | {rates:,} requests/s | "
+        f"p99 ms: {p99 or '-'} | errors: {fmt_errors(snapshot.errors)} | "
+        f"CPU {snapshot.cpu_s * 100:.0f}% | workers {snapshot.reporting}/{snapshot.workers}"
+    )
+
+
+class LiveDisplay:
+    """`with LiveDisplay() as d: d.update(aggregator.snapshot())`, once a second or so."""
+
+    def __init__(
+        self,
+        console: Console | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        plain_every_s: float = PLAIN_EVERY_S,
+    ) -> None:
+        self.console = console or Console()
+        self._clock = clock
+        self._every_s = plain_every_s
+        self._printed_at: float | None = None
+        self._live: Live | None = None
+
+    def __enter__(self) -> LiveDisplay:
+        if self.console.is_terminal:
+            self._live = Live(
+                Text("waiting for the workers' first second"),
+                console=self.console,
+                auto_refresh=False,
+                transient=False,
+            )
+            self._live.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def update(self, snapshot: Snapshot) -> None:
+        if self._live is not None:
+            self._live.update(render(snapshot), refresh=True)
+            return
+        now = self._clock()
+        if self._printed_at is None or now - self._printed_at >= self._every_s:
+            self._printed_at = now
+            self.console.print(plain_line(snapshot), highlight=False, markup=False, soft_wrap=True)
+
+
+def print_summary(summary: Mapping[str, Any], console: Console) -> None:
+    """The end of a run: per API, rebalances, expirations, commits, CPU, the verdict."""
+    requests = summary["requests"]
+    console.print(
+        Text.assemble(
+            ("fastcoord loadtest: ", "bold"),
+            f"{summary['outcome'] or 'running'} after {summary['elapsed_s']:g} s, ",
+            f"{requests['count']:,} requests",
+            (f" ({summary['message']})" if summary.get("message") else ""),
+        )
+    )
+    table = Table(expand=False)
+    table.add_column("API")
+    for name in ("count", "requests/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms"):
+        table.add_column(name, justify="right")
+    table.add_column("errors")
+    for name, api in summary["apis"].items():
+        rate = api["requests_per_s"]
+        table.add_row(
+            name,
+            f"{api['count']:,}",
+            f"{rate:,.0f}" if rate is not None else "-",
+            fmt_ms(api["p50_ms"]),
+            fmt_ms(api["p99_ms"]),
+            fmt_ms(api["p99_9_ms"]),
+            fmt_ms(api["max_ms"]),
+            fmt_errors(api["errors"]),
+        )
+    console.print(table)
+    r = summary["rebalances"]
+    lines = [
+        f"rebalances seen by members: {r['count']:,} ({r['unexpected']:,} unexpected), "
+        f"duration p50 {fmt_ms(r['p50_ms'])} ms, p99 {fmt_ms(r['p99_ms'])} ms, "
+        f"max {fmt_ms(r['max_ms'])} ms"
+    ]
+    storm = summary.get("join_storm")
+    if storm:
+        lines.append(
+            f"join storm: groups {storm['groups']:,}, p50 {fmt_ms(storm['p50_ms'])} ms, "
+            f"p99 {fmt_ms(storm['p99_ms'])} ms, max {fmt_ms(storm['max_ms'])} ms"
+        )
+    c, g, m = summary["commits"], summary["generator"], summary["members"]
+    cores = f"{g['cores']:.2f}" if g["cores"] is not None else "-"
+    per_request = f"{g['cpu_us_per_request']:.1f}" if g["cpu_us_per_request"] is not None else "-"
+    final = " ".join(f"{state} {n:,}" for state, n in m["final"].items())
+    target = f"target {m['target']:,}, " if isinstance(m["target"], int) else ""
+    lines += [
+        f"unexpected expirations: {summary['unexpected_expirations']:,}",
+        f"commits: {c['count']:,} of {c['offsets']:,} offsets, {c['errors']:,} errors",
+        f"generator: workers {g['workers']}, CPU {g['cpu_s']:.1f} s, {cores} cores, "
+        f"{per_request} us CPU per request",
+        f"members: {target}final {final}, peak stable {m['peak_stable']:,}",
+    ]
+    for line in lines:
+        console.print(line, highlight=False, markup=False)
+    verdict = summary["verdict"]
+    if verdict["passed"]:
+        console.print(Text("verdict: passed", style="bold green"))
+    else:
+        console.print(Text("verdict: failed", style="bold red"))
+        for failure in verdict["failures"]:
+            console.print(f"  {failure}", highlight=False, markup=False)

@@ -1,0 +1,181 @@
+"""The tables a load test keeps under `--out`, for a Spark report to read.
+
+Each table is a directory of Parquet part files (`latency/part-00000.parquet`, ...); each
+part is written under a hidden temporary name (`.part-00000.parquet.tmp`, which Spark and
+pyarrow.dataset skip) and renamed into place, and summary.json is replaced the same way, so
+a run killed at any moment leaves whole files only, with what it measured up to its last
+flush. docs/loadtest.md describes every column.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from fastcoord.loadtest.stats import api_name, error_name
+
+# The member states the workers report, one column each in `states`.
+STATES = ("unjoined", "joining", "syncing", "stable", "leaving", "stopped")
+
+TIME = pa.timestamp("ms", tz="UTC")
+
+LATENCY = pa.schema(
+    [
+        ("time", TIME),
+        ("elapsed_s", pa.int32()),
+        ("api", pa.string()),
+        ("count", pa.int64()),
+        ("errors", pa.int64()),
+        ("buckets", pa.list_(pa.int16())),
+        ("counts", pa.list_(pa.int64())),
+        ("sum_us", pa.int64()),
+        ("max_us", pa.int64()),
+    ]
+)
+REBALANCES = pa.schema(
+    [
+        ("time", TIME),  # when the rebalance ended for the member
+        ("started", TIME),
+        ("duration_ms", pa.int64()),
+        ("group", pa.string()),
+        ("member", pa.string()),
+        ("instance_id", pa.string()),
+        ("generation", pa.int32()),
+        ("reason", pa.string()),
+        ("expected", pa.bool_()),
+    ]
+)
+ERRORS = pa.schema(
+    [
+        ("time", TIME),
+        ("api", pa.string()),
+        ("error_code", pa.int16()),
+        ("error", pa.string()),
+        ("group", pa.string()),
+        ("member", pa.string()),
+    ]
+)
+STATES_SCHEMA = pa.schema(
+    [
+        ("time", TIME),
+        ("elapsed_s", pa.int32()),
+        *((state, pa.int64()) for state in STATES),
+        ("connections", pa.int64()),
+        ("requests", pa.int64()),
+        ("cpu_s", pa.float64()),
+    ]
+)
+SCHEMAS = {
+    "latency": LATENCY,
+    "rebalances": REBALANCES,
+    "errors": ERRORS,
+    "states": STATES_SCHEMA,
+}
+SUMMARY = "summary.json"
+PART = "part-{:05d}.parquet"
+
+
+def temporary(name: str) -> str:
+    return f".{name}.tmp"
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_atomically(path: Path, write: Any) -> None:
+    """`write(partial_path)`, then rename the whole file over `path`."""
+    partial = path.with_name(temporary(path.name))
+    try:
+        write(partial)
+        _fsync(partial)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, path)
+    _fsync(path.parent)
+
+
+def latency_rows(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(list(rows), schema=LATENCY)
+
+
+def error_table(rows: Sequence[tuple[int, int, int, str, str]]) -> pa.Table:
+    """The errors table from the workers' rows (wall_ms, api_key, code, group, member)."""
+    return pa.table(
+        {
+            "time": [r[0] for r in rows],
+            "api": [api_name(r[1]) for r in rows],
+            "error_code": [r[2] for r in rows],
+            "error": [error_name(r[2]) for r in rows],
+            "group": [r[3] for r in rows],
+            "member": [r[4] for r in rows],
+        },
+        schema=ERRORS,
+    )
+
+
+def rebalance_table(
+    rows: Sequence[tuple[str, str, str | None, int, int, int, str, bool]],
+) -> pa.Table:
+    """The rebalances table from the workers' rows (group, member, instance_id, generation,
+    started_ms, ended_ms, reason, expected)."""
+    return pa.table(
+        {
+            "time": [r[5] for r in rows],
+            "started": [r[4] for r in rows],
+            "duration_ms": [r[5] - r[4] for r in rows],
+            "group": [r[0] for r in rows],
+            "member": [r[1] for r in rows],
+            "instance_id": [r[2] for r in rows],
+            "generation": [r[3] for r in rows],
+            "reason": [r[6] for r in rows],
+            "expected": [r[7] for r in rows],
+        },
+        schema=REBALANCES,
+    )
+
+
+def states_rows(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(list(rows), schema=STATES_SCHEMA)
+
+
+class Results:
+    """The directory of one run's tables and summary; refuses one that holds another run's."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        earlier = [name for name in (SUMMARY, *SCHEMAS) if (out / name).exists()]
+        if earlier:
+            raise FileExistsError(
+                f"{out} holds another run's results ({', '.join(earlier)}): "
+                "give an empty or new directory"
+            )
+        self._parts = dict.fromkeys(SCHEMAS, 0)
+        self.rows = dict.fromkeys(SCHEMAS, 0)
+
+    def append(self, name: str, table: pa.Table) -> None:
+        """Write `table` as the next part file of table `name` (nothing if it is empty)."""
+        if table.num_rows == 0:
+            return
+        directory = self.out / name
+        directory.mkdir(exist_ok=True)
+        part = directory / PART.format(self._parts[name])
+        replace_atomically(part, lambda path: pq.write_table(table, path))
+        self._parts[name] += 1
+        self.rows[name] += table.num_rows
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        text = json.dumps(summary, indent=2, default=str, allow_nan=False) + "\n"
+        replace_atomically(self.out / SUMMARY, lambda path: path.write_text(text))
