@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import typing
 from collections.abc import Sequence
 from typing import Any
@@ -81,6 +82,207 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
         )
 
 
+LOADTEST_HELP = """\
+Drive simulated consumer-group members against any Kafka coordinator (fastcoord, the
+librdkafka mock cluster, a real broker), measure every request, and keep the results under
+--out (Parquet tables and summary.json). Exit status: 0 passed, 1 a --max-* threshold was
+exceeded, 2 the run could not start, 3 it was cut short (the server died or stalled), 130
+interrupted. Results measured before any end are kept.
+"""
+
+
+def _loadtest(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fastcoord.loadtest.run import Options, run
+
+    out = args.out or f"loadtest-{time.strftime('%Y%m%d-%H%M%S')}"
+    options = Options(
+        bootstrap=args.bootstrap,
+        scenario=args.scenario,
+        members=args.members,
+        groups=args.groups,
+        members_per_connection=args.members_per_connection,
+        processes=args.processes,
+        duration_s=args.duration,
+        heartbeat_interval_ms=args.heartbeat_interval_ms,
+        session_timeout_ms=args.session_timeout_ms,
+        rebalance_timeout_ms=args.rebalance_timeout_ms,
+        commit_interval_ms=args.commit_interval_ms,
+        request_timeout_ms=args.request_timeout_ms,
+        topics=[t for t in args.topics.split(",") if t],
+        partitions=args.partitions,
+        churn_rate=args.churn_rate,
+        wave_size=args.wave_size,
+        wave_interval_ms=args.wave_interval_ms,
+        restart_pause_ms=args.restart_pause_ms,
+        group_prefix=args.group_prefix,
+        seed=args.seed,
+        out=Path(out),
+        max_error_rate=args.max_error_rate,
+        max_p99_ms=args.max_p99_ms,
+    )
+    return run(options)
+
+
+def _positive(kind: type[int] | type[float]) -> Any:
+    def parse(text: str) -> int | float:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _add_loadtest(sub: Any) -> None:
+    from fastcoord.loadtest.scenarios import SCENARIOS
+
+    p = sub.add_parser(
+        "loadtest",
+        help="drive simulated group members against a coordinator and measure it",
+        description=LOADTEST_HELP,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    pos_int, pos_float = _positive(int), _positive(float)
+    p.add_argument(
+        "--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT", help="the broker to ask first"
+    )
+    p.add_argument("--scenario", choices=SCENARIOS, default="steady", help="what the members do")
+    p.add_argument(
+        "--members", type=pos_int, default=100, metavar="N", help="members in the whole run"
+    )
+    p.add_argument(
+        "--groups",
+        type=pos_int,
+        default=10,
+        metavar="N",
+        help="consumer groups they are spread over",
+    )
+    p.add_argument(
+        "--members-per-connection",
+        type=pos_int,
+        default=1,
+        metavar="N",
+        help="members sharing a connection; 1 is what real consumers do; more works "
+        "against fastcoord only",
+    )
+    p.add_argument(
+        "--processes",
+        type=pos_int,
+        default=1,
+        metavar="N",
+        help="worker processes, each with its own open-file limit",
+    )
+    p.add_argument(
+        "--duration",
+        type=pos_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long the run lasts, joining included",
+    )
+    p.add_argument(
+        "--heartbeat-interval-ms",
+        type=pos_int,
+        default=3_000,
+        metavar="MS",
+        help="as the consumer's heartbeat.interval.ms",
+    )
+    p.add_argument(
+        "--session-timeout-ms",
+        type=pos_int,
+        default=45_000,
+        metavar="MS",
+        help="as the consumer's session.timeout.ms",
+    )
+    p.add_argument(
+        "--rebalance-timeout-ms",
+        type=pos_int,
+        default=300_000,
+        metavar="MS",
+        help="as the consumer's max.poll.interval.ms",
+    )
+    p.add_argument(
+        "--commit-interval-ms",
+        type=int,
+        default=5_000,
+        metavar="MS",
+        help="offset commits of each member; 0 for none",
+    )
+    p.add_argument(
+        "--request-timeout-ms",
+        type=pos_int,
+        default=30_000,
+        metavar="MS",
+        help="a request unanswered this long (JoinGroup: plus the rebalance timeout) ends the run",
+    )
+    p.add_argument(
+        "--topics", default="loadtest", metavar="T1,T2", help="topics every member subscribes to"
+    )
+    p.add_argument(
+        "--partitions",
+        type=pos_int,
+        default=12,
+        metavar="N",
+        help="partitions of a topic the broker does not know",
+    )
+    p.add_argument(
+        "--churn-rate",
+        type=pos_float,
+        default=None,
+        metavar="PER_S",
+        help="churn and static: members crashed or restarted per second (default: 1%% of members)",
+    )
+    p.add_argument(
+        "--wave-size",
+        type=pos_int,
+        default=None,
+        metavar="N",
+        help="rolling-restart: members per wave (default: 10%% of members)",
+    )
+    p.add_argument(
+        "--wave-interval-ms",
+        type=pos_int,
+        default=10_000,
+        metavar="MS",
+        help="rolling-restart: time between waves",
+    )
+    p.add_argument(
+        "--restart-pause-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="static: how long a restarted member is away (default: a third of the "
+        "session timeout)",
+    )
+    p.add_argument(
+        "--group-prefix",
+        default="loadtest",
+        metavar="TEXT",
+        help="groups are named PREFIX-0000, PREFIX-0001, ...",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
+    p.add_argument(
+        "--out", default=None, metavar="DIR", help="results directory (default: loadtest-DATE-TIME)"
+    )
+    p.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="exit 1 if errors exceed this share of requests",
+    )
+    p.add_argument(
+        "--max-p99-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="exit 1 if an API's p99 exceeds this (JoinGroup and SyncGroup excepted)",
+    )
+    p.set_defaults(func=_loadtest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastcoord",
@@ -101,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_setting_flags(serve)
     serve.set_defaults(func=_serve)
+    _add_loadtest(sub)
     return parser
 
 

@@ -1,0 +1,344 @@
+"""One connection to a Kafka broker, with many requests in flight, on Trio.
+
+Kafka answers a connection's requests in order, but fastcoord answers a heartbeat while a
+JoinGroup on the same connection waits, so answers are matched by correlation id, never by
+position. Requests are encoded by the schema codec (compiled); heartbeats, the bulk of a
+fleet's traffic, go out in batches from pre-encoded frames and their answers are picked out
+of the receive buffer by the compiled client frames, one call per read.
+
+Sending never blocks the caller: frames go to an outbox that the connection's writer task
+drains. Whoever sent a request is told of its answer by a callback, or of the connection's
+loss by the same callback with no answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from fastcoord.client.native import client_frames as frames
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.errors import ErrorCode, ProtocolError
+from fastcoord.protocol.framing import decode_response, encode_request
+from fastcoord.protocol.headers import RequestHeader
+from fastcoord.protocol.messages import ApiVersionsRequest, HeartbeatResponse
+from fastcoord.protocol.schema import Request, Response
+
+log = logging.getLogger("fastcoord.client")
+
+CLIENT_ID = "fastcoord-loadtest"
+# The newest version of each API the client speaks; a broker's ApiVersions may lower it.
+WANTED: dict[int, int] = {
+    ApiKey.API_VERSIONS: 3,
+    ApiKey.METADATA: 9,
+    ApiKey.FIND_COORDINATOR: 3,
+    ApiKey.JOIN_GROUP: 7,
+    ApiKey.SYNC_GROUP: 5,
+    ApiKey.HEARTBEAT: 4,
+    ApiKey.OFFSET_COMMIT: 8,
+    ApiKey.OFFSET_FETCH: 7,
+    ApiKey.LEAVE_GROUP: 4,
+    ApiKey.DESCRIBE_GROUPS: 5,
+}
+MAX_RESPONSE_BYTES = 100 * 1024 * 1024  # a larger size prefix is a broken stream
+READ_BYTES = 256 * 1024
+
+# The answer to a request: the response, or None when the connection was lost first.
+OnAnswer = Callable[[Response | None, int], None]  # (response, latency in ns)
+# Heartbeat answers of one read: [(what send_heartbeats was given for it, error code)].
+OnHeartbeats = Callable[[list[tuple[Any, int]], int], None]  # (answers, now in ns)
+
+
+class ConnectionLost(Exception):
+    """The broker closed the connection, or it broke."""
+
+
+class UnsupportedApi(Exception):
+    """The broker serves none of the versions of an API this client speaks."""
+
+
+class Connection:
+    """A connection to `address`; `open()` connects and negotiates versions, then `run()`
+    (in a nursery) reads and writes until the connection ends."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        on_heartbeats: OnHeartbeats | None = None,
+        client_id: str = CLIENT_ID,
+    ) -> None:
+        self.address = address
+        self.client_id = client_id
+        self.on_heartbeats = on_heartbeats
+        self.stream: trio.SocketStream | None = None
+        self.versions: dict[int, int] = {}
+        self.closed = False
+        self.ready = False
+        self._correlation = 0
+        self._pending: dict[int, tuple[int, int, int, OnAnswer]] = {}  # id -> api, v, sent, cb
+        # JoinGroups apart: they wait for the group by design, and the fleet's watchdog
+        # must tell them from requests a stalled server left unanswered.
+        self._joins: dict[int, tuple[int, int, int, OnAnswer]] = {}
+        self._heartbeats: dict[int, Any] = {}
+        self._heartbeat_version = 0
+        self._outbox = bytearray()
+        self._wake = trio.Event()
+        self._scope: trio.CancelScope | None = None
+        self.received_at_ns = time.perf_counter_ns()
+
+    # -- opening ---------------------------------------------------------------------------
+
+    async def open(self, timeout_s: float = 10.0) -> None:
+        """Connect and learn the broker's versions (ApiVersions, before anything else, as
+        clients do). Raises OSError if the broker cannot be reached."""
+        with trio.fail_after(timeout_s):
+            self.stream = await trio.open_tcp_stream(*self.address)
+            response = await self._ask_directly(
+                ApiVersionsRequest(client_software_name="fastcoord", client_software_version="1"), 3
+            )
+            if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
+                response = await self._ask_directly(ApiVersionsRequest(), 0)
+        if response.error_code != ErrorCode.NONE:
+            raise ConnectionLost(f"ApiVersions: {_name(response.error_code)}")
+        served = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        for api, wanted in WANTED.items():
+            low, high = served.get(api, (0, -1))
+            if high >= 0 and low <= wanted:
+                self.versions[api] = min(wanted, high)
+        self._heartbeat_version = self.versions.get(ApiKey.HEARTBEAT, 0)
+        self.ready = True
+
+    async def _ask_directly(self, request: ApiVersionsRequest, version: int) -> Any:
+        assert self.stream is not None
+        correlation = self._next_correlation()
+        header = RequestHeader(request.API_KEY, version, correlation, self.client_id)
+        await self.stream.send_all(encode_request(header, request))
+        buf = bytearray()
+        while True:
+            if len(buf) >= 4:
+                size = int.from_bytes(buf[:4], "big", signed=True)
+                if not 0 <= size <= MAX_RESPONSE_BYTES:
+                    raise ConnectionLost(f"an answer of {size} bytes")
+                if len(buf) >= 4 + size:
+                    got, response = decode_response(
+                        request.API_KEY, version, bytes(buf[4 : 4 + size])
+                    )
+                    if got != correlation:
+                        raise ConnectionLost(f"correlation id {got}, expected {correlation}")
+                    return response
+            data = await self.stream.receive_some(READ_BYTES)
+            if not data:
+                raise ConnectionLost("closed during ApiVersions")
+            buf += data
+
+    def version(self, api_key: int) -> int:
+        try:
+            return self.versions[api_key]
+        except KeyError:
+            raise UnsupportedApi(
+                f"{self.address[0]}:{self.address[1]} serves no version of "
+                f"{ApiKey(api_key).name} this client speaks"
+            ) from None
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def _next_correlation(self) -> int:
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        return self._correlation
+
+    def send(self, request: Request, on_answer: OnAnswer) -> None:
+        """Send `request` at the negotiated version; `on_answer` gets its response."""
+        if self.closed:
+            on_answer(None, 0)
+            return
+        api = request.API_KEY
+        version = self.version(api)
+        correlation = self._next_correlation()
+        entry = (api, version, time.perf_counter_ns(), on_answer)
+        (self._joins if api == ApiKey.JOIN_GROUP else self._pending)[correlation] = entry
+        self._outbox += encode_request(
+            RequestHeader(api, version, correlation, self.client_id), request
+        )
+        self._wake.set()
+
+    def send_heartbeats(self, templates: list[bytes], tokens: list[Any]) -> None:
+        """Heartbeats from pre-encoded frames (`heartbeat_template`); each answer reaches
+        `on_heartbeats` with its token."""
+        count = len(templates)
+        if not count:
+            return
+        if self.closed:
+            assert self.on_heartbeats is not None
+            self.on_heartbeats(
+                [(t, ErrorCode.NETWORK_EXCEPTION) for t in tokens], time.perf_counter_ns()
+            )
+            return
+        first = self._correlation + 1
+        if first + count > 0x7FFFFFFF:
+            first = 1
+        self._correlation = first + count - 1
+        self._outbox += frames.heartbeat_frames(templates, first)
+        pending = self._heartbeats
+        for i, token in enumerate(tokens):
+            pending[first + i] = token
+        self._wake.set()
+
+    @property
+    def heartbeat_version(self) -> int:
+        return self._heartbeat_version
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Read and write until the connection ends; then every request still waiting is
+        answered None (and every heartbeat NETWORK_EXCEPTION)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._scope = nursery.cancel_scope
+                if self.closed:
+                    nursery.cancel_scope.cancel()
+                nursery.start_soon(self._write, nursery.cancel_scope)
+                await self._read()
+                nursery.cancel_scope.cancel()
+        except (
+            OSError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            ProtocolError,
+            ConnectionLost,
+        ) as exc:
+            if not self.closed:
+                log.debug("connection to %s:%d lost: %s", *self.address, exc)
+        finally:
+            await self._fail()
+
+    async def _write(self, scope: trio.CancelScope) -> None:
+        assert self.stream is not None
+        try:
+            while True:
+                if not self._outbox:
+                    await self._wake.wait()
+                    self._wake = trio.Event()
+                    continue
+                data = bytes(self._outbox)
+                self._outbox.clear()
+                await self.stream.send_all(data)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            scope.cancel()
+
+    async def _read(self) -> None:
+        assert self.stream is not None
+        buf = bytearray()
+        answered: list[tuple[Any, int]] = []
+        others: list[tuple[int, bytes]] = []
+        heartbeats = self._heartbeats
+        while True:
+            data = await self.stream.receive_some(READ_BYTES)
+            if not data:
+                return
+            now = time.perf_counter_ns()
+            self.received_at_ns = now
+            buf += data
+            pos = frames.read_answers(
+                buf, 0, MAX_RESPONSE_BYTES, heartbeats, self._heartbeat_version, answered, others
+            )
+            if pos:
+                del buf[:pos]
+            if answered:
+                assert self.on_heartbeats is not None
+                self.on_heartbeats(answered, now)
+                answered = []
+            if others:
+                for correlation, frame in others:
+                    self._answer(correlation, frame, now)
+                others.clear()
+
+    def _answer(self, correlation: int, frame: bytes, now: int) -> None:
+        entry = self._pending.pop(correlation, None) or self._joins.pop(correlation, None)
+        if entry is None:
+            token = self._heartbeats.pop(correlation, None)
+            if token is None:
+                raise ConnectionLost(f"an answer to correlation id {correlation}, never sent")
+            # A heartbeat answer the compiled walk left to the full decoder.
+            _, response = decode_response(ApiKey.HEARTBEAT, self._heartbeat_version, frame)
+            assert isinstance(response, HeartbeatResponse) and self.on_heartbeats is not None
+            self.on_heartbeats([(token, response.error_code)], now)
+            return
+        api, version, sent, on_answer = entry
+        _, response = decode_response(api, version, frame)
+        on_answer(response, now - sent)
+
+    async def _fail(self) -> None:
+        self.closed = True
+        self.ready = False
+        if self.stream is not None:
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+        waiting = [*self._pending.values(), *self._joins.values()]
+        self._pending.clear()
+        self._joins.clear()
+        for _api, _version, _sent, on_answer in waiting:
+            on_answer(None, 0)
+        if self._heartbeats:
+            tokens = list(self._heartbeats.values())
+            self._heartbeats.clear()
+            if self.on_heartbeats is not None:
+                self.on_heartbeats(
+                    [(t, ErrorCode.NETWORK_EXCEPTION) for t in tokens], time.perf_counter_ns()
+                )
+
+    def close(self) -> None:
+        """End the connection (as a crashed consumer's socket ends): run() returns."""
+        self.closed = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    # -- for the fleet's watchdog ----------------------------------------------------------
+
+    def oldest_wait_ns(self, now: int, join_grace_ns: int) -> int:
+        """How long the oldest unanswered request has waited (JoinGroups less their grace:
+        they wait for the group by design); 0 when nothing waits."""
+        oldest = 0
+        for entry in (next(iter(self._pending.values()), None),):
+            if entry is not None:
+                oldest = max(oldest, now - entry[2])
+        join = next(iter(self._joins.values()), None)
+        if join is not None:
+            oldest = max(oldest, now - join[2] - join_grace_ns)
+        if self._heartbeats:
+            token = next(iter(self._heartbeats.values()))
+            sent = getattr(token, "heartbeat_sent_ns", 0)
+            if sent:
+                oldest = max(oldest, now - sent)
+        return oldest
+
+    @property
+    def waiting(self) -> int:
+        return len(self._pending) + len(self._joins) + len(self._heartbeats)
+
+
+def connect_reason(exc: BaseException) -> str:
+    """Why a connection could not be made, in a few words ("connection refused")."""
+    if isinstance(exc, trio.TooSlowError):
+        return "no answer within the connect timeout"
+    # trio's open_tcp_stream says "all attempts to connect ... failed" and keeps each
+    # attempt's error as the cause.
+    cause = exc.__cause__
+    while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+        cause = cause.exceptions[0]
+    for candidate in (cause, exc):
+        if isinstance(candidate, OSError) and candidate.errno:
+            return os.strerror(candidate.errno).lower()
+    return str(exc) or type(exc).__name__
+
+
+def _name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"

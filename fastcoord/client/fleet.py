@@ -1,0 +1,662 @@
+"""Many group members over shared connections, in one Trio loop.
+
+A member (member.py) knows the group protocol; the fleet gives it a connection, sends what
+it asks, hands it the answers, and keeps its timers. There is no task per member: a
+member's life is callbacks on its connection's answers and entries in a timer wheel of
+TICK_MS slots, so one process holds 100k members. Every TICK_MS the due heartbeats of each
+connection leave as one batch of pre-encoded frames.
+
+Each member sits in a Seat: its place in the fleet (its index, which fixes the connection it
+shares: index // members_per_connection), its coordinator's connection, its pre-encoded
+heartbeat and the clock of what it has in flight. Everything measured goes to a Recorder:
+every answer's latency and error, each rebalance a member saw, each commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+from fastcoord.client.connection import Connection
+from fastcoord.client.member import Member, Next, Rebalance, State
+from fastcoord.client.native import heartbeat_template
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.errors import ErrorCode
+from fastcoord.protocol.messages import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    JoinGroupResponse,
+    MetadataRequest,
+    MetadataRequestTopic,
+    MetadataResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from fastcoord.protocol.schema import Request, Response
+
+log = logging.getLogger("fastcoord.client")
+
+TICK_MS = 10
+HEARTBEAT = ApiKey.HEARTBEAT
+
+
+class Recorder(Protocol):
+    """Where the fleet's measurements go (fastcoord.loadtest.stats.Recorder)."""
+
+    def record(self, api_key: int, latency_ns: int, error: int) -> None: ...
+    def latencies(self, api_key: int) -> list[int]: ...
+    def error_code(self, api_key: int, code: int) -> None: ...
+    def error(self, api_key: int, code: int, group: str, member: str, wall_ms: int) -> None: ...
+    def rebalance(
+        self,
+        group: str,
+        member: str,
+        instance_id: str | None,
+        generation: int,
+        started_ms: int,
+        ended_ms: int,
+        reason: str,
+        expected: bool,
+    ) -> None: ...
+    def storm(
+        self, group: str, members: int, last_join_sent_ns: int, last_sync_answered_ns: int
+    ) -> None: ...
+    def commit(self, offsets: int) -> None: ...
+    def unexpected_expiration(self) -> None: ...
+
+
+@dataclass
+class FleetConfig:
+    bootstrap: tuple[str, int]
+    members_per_connection: int = 1
+    heartbeat_interval_ms: int = 3_000
+    session_timeout_ms: int = 45_000
+    rebalance_timeout_ms: int = 60_000
+    commit_interval_ms: int = 5_000  # 0: no commits
+    request_timeout_ms: int = 30_000  # Kafka's request.timeout.ms
+    retry_backoff_ms: int = 100
+    connect_timeout_s: float = 10.0
+    topics: list[str] = field(default_factory=lambda: ["loadtest"])
+    partitions: int = 12  # for topics the broker does not know
+    assignors: tuple[str, ...] = ("range", "roundrobin")
+    seed: int = 0
+
+
+@dataclass(eq=False)
+class Seat:
+    index: int
+    member: Member
+    connection: Connection | None = None
+    coordinator: tuple[str, int] | None = None
+    template: bytes = b""  # this generation's heartbeat frame
+    template_for: tuple[int, str] = (-1, "")  # (generation, member id) it was made for
+    heartbeat_sent_ns: int = 0  # 0: none in flight
+    heartbeat_epoch: int = -1
+    # Set while the scenario has this seat down (crashed, or restarting): no timers act.
+    down: bool = False
+
+
+class FleetAborted(Exception):
+    """The fleet cannot go on: the server stopped answering, or cannot be reached."""
+
+
+class Fleet:
+    """Members and their connections; `run` drives them until cancelled."""
+
+    def __init__(
+        self, config: FleetConfig, recorder: Recorder, wall_ms: Callable[[], int] | None = None
+    ) -> None:
+        self.config = config
+        self.recorder = recorder
+        self.seats: list[Seat] = []
+        self.partitions: dict[str, int] = {}
+        self.cluster_id: str | None = None
+        self.rebalances_expected = True
+        self.storm: dict[str, list[int]] | None = (
+            None  # group -> [last join sent, last sync, members]
+        )
+        # When a list, members that have found their coordinator and connected wait here
+        # instead of joining: a join storm releases them all at once.
+        self.holding: list[Seat] | None = None
+        self._connections: dict[tuple[tuple[str, int], int], Connection] = {}
+        self._connecting: dict[tuple[tuple[str, int], int], list[Seat]] = {}
+        self._timers: dict[int, list[tuple[int, Seat, int]]] = defaultdict(list)
+        self._actions: dict[int, list[Callable[[], None]]] = defaultdict(list)
+        self._tick = 0
+        self._bootstrap: Connection | None = None
+        self._nursery: trio.Nursery | None = None
+        self._rng = random.Random(config.seed)
+        self._t0 = trio.current_time()
+        self._wall0 = time.time() * 1000
+        self._wall_ms = wall_ms
+        self._last_progress_ns = time.perf_counter_ns()
+        self.aborted: str | None = None
+
+    # -- clocks ----------------------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        return int((trio.current_time() - self._t0) * 1000)
+
+    def wall_ms(self, now_ms: int | None = None) -> int:
+        if self._wall_ms is not None:
+            return self._wall_ms()
+        return int(self._wall0 + (self.now_ms() if now_ms is None else now_ms))
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Connect to the bootstrap broker and learn the topics, then keep timers until
+        cancelled. Raises OSError when the bootstrap broker cannot be reached."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._bootstrap = await self._open(self.config.bootstrap)
+            nursery.start_soon(self._bootstrap.run)
+            await self._learn_topics()
+            nursery.start_soon(self._ticker)
+            task_status.started()
+
+    async def _open(self, address: tuple[str, int]) -> Connection:
+        connection = Connection(address, self._on_heartbeats)
+        await connection.open(self.config.connect_timeout_s)
+        return connection
+
+    async def _learn_topics(self) -> None:
+        assert self._bootstrap is not None
+        done = trio.Event()
+        answer: list[MetadataResponse | None] = []
+
+        def on_answer(response: Response | None, latency_ns: int) -> None:
+            answer.append(response)  # type: ignore[arg-type]
+            if response is not None:
+                self.recorder.record(ApiKey.METADATA, latency_ns, 0)
+            done.set()
+
+        self._bootstrap.send(
+            MetadataRequest(
+                topics=[MetadataRequestTopic(name=t) for t in self.config.topics],
+                allow_auto_topic_creation=True,
+            ),
+            on_answer,
+        )
+        with trio.fail_after(self.config.request_timeout_ms / 1000):
+            await done.wait()
+        response = answer[0]
+        if response is None:
+            where = _address(self.config.bootstrap)
+            raise FleetAborted(f"{where} closed the connection before its Metadata answer")
+        self.cluster_id = response.cluster_id
+        for topic in response.topics:
+            if topic.error_code == ErrorCode.NONE and topic.partitions and topic.name:
+                self.partitions[topic.name] = len(topic.partitions)
+        for t in self.config.topics:
+            if t not in self.partitions:
+                log.warning(
+                    "the broker does not know topic %s: its leaders assign %d partitions",
+                    t,
+                    self.config.partitions,
+                )
+                self.partitions[t] = self.config.partitions
+
+    def add(self, group_id: str, instance_id: str | None = None) -> Seat:
+        c = self.config
+        member = Member(
+            group_id,
+            list(c.topics),
+            session_timeout_ms=c.session_timeout_ms,
+            rebalance_timeout_ms=c.rebalance_timeout_ms,
+            group_instance_id=instance_id,
+            assignors=c.assignors,
+        )
+        seat = Seat(len(self.seats), member)
+        self.seats.append(seat)
+        return seat
+
+    # -- a member's life -------------------------------------------------------------------
+
+    def start(self, seat: Seat) -> None:
+        """Find the member's coordinator, connect, join."""
+        seat.down = False
+        assert self._bootstrap is not None
+        member = seat.member
+        epoch = member.epoch
+
+        def on_answer(response: Response | None, latency_ns: int) -> None:
+            if member.epoch != epoch or seat.down:
+                return
+            if response is None:
+                return self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.FIND_COORDINATOR)
+            assert isinstance(response, FindCoordinatorResponse)
+            code = response.error_code
+            self.recorder.record(ApiKey.FIND_COORDINATOR, latency_ns, code)
+            if code != ErrorCode.NONE:
+                return self._retry(seat, code, ApiKey.FIND_COORDINATOR)
+            seat.coordinator = (response.host, response.port)
+            self._connect(seat)
+
+        if self._bootstrap.closed:
+            self._reopen_bootstrap()
+            return self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.FIND_COORDINATOR)
+        self._bootstrap.send(FindCoordinatorRequest(key=member.group_id, key_type=0), on_answer)
+
+    def _reopen_bootstrap(self) -> None:
+        if self._nursery is None or getattr(self, "_reopening", False):
+            return
+        self._reopening = True
+
+        async def reopen() -> None:
+            try:
+                connection = await self._open(self.config.bootstrap)
+            except (OSError, trio.TooSlowError, Exception) as exc:  # retried by the next start
+                log.debug("bootstrap %s: %s", _address(self.config.bootstrap), exc)
+                await trio.sleep(self.config.retry_backoff_ms / 1000)
+            else:
+                self._bootstrap = connection
+                assert self._nursery is not None
+                self._nursery.start_soon(connection.run)
+                self._progress()
+            finally:
+                self._reopening = False
+
+        self._nursery.start_soon(reopen)
+
+    def _connect(self, seat: Seat) -> None:
+        assert seat.coordinator is not None
+        key = (seat.coordinator, seat.index // self.config.members_per_connection)
+        connection = self._connections.get(key)
+        if connection is not None and not connection.closed:
+            seat.connection = connection
+            return self._connected(seat)
+        waiting = self._connecting.get(key)
+        if waiting is not None:
+            waiting.append(seat)
+            return
+        self._connecting[key] = [seat]
+        assert self._nursery is not None
+        self._nursery.start_soon(self._open_for, key)
+
+    async def _open_for(self, key: tuple[tuple[str, int], int]) -> None:
+        try:
+            connection = await self._open(key[0])
+        except (OSError, trio.TooSlowError, Exception) as exc:
+            log.debug("cannot connect to %s: %s", _address(key[0]), exc)
+            for seat in self._connecting.pop(key, []):
+                self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.API_VERSIONS)
+            return
+        self._progress()
+        self._connections[key] = connection
+        seats = self._connecting.pop(key, [])
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_connection, key, connection)
+        for seat in seats:
+            if not seat.down:
+                seat.connection = connection
+                self._connected(seat)
+
+    async def _run_connection(
+        self, key: tuple[tuple[str, int], int], connection: Connection
+    ) -> None:
+        await connection.run()
+        if self._connections.get(key) is connection:
+            del self._connections[key]
+
+    def _connected(self, seat: Seat) -> None:
+        if self.holding is not None:
+            self.holding.append(seat)
+        else:
+            self._join(seat)
+
+    def join_now(self, seat: Seat) -> None:
+        """Join a member held (see `holding`) on its connection."""
+        self._join(seat)
+
+    def _join(self, seat: Seat) -> None:
+        member = seat.member
+        connection = seat.connection
+        if connection is None or connection.closed:
+            return self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.JOIN_GROUP)
+        request = member.join(self.now_ms())
+        epoch = member.epoch
+        if self.storm is not None:
+            entry = self.storm.setdefault(member.group_id, [0, 0, 0])
+            entry[0] = max(entry[0], time.time_ns())
+
+        def on_answer(response: Response | None, latency_ns: int) -> None:
+            if member.epoch != epoch or seat.down:
+                return
+            if response is None:
+                return self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.JOIN_GROUP)
+            assert isinstance(response, JoinGroupResponse)
+            self.recorder.record(ApiKey.JOIN_GROUP, latency_ns, response.error_code)
+            if response.error_code not in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED):
+                self._error_row(ApiKey.JOIN_GROUP, response.error_code, member)
+            outcome = member.on_join(response, self.now_ms(), self.partitions)
+            if isinstance(outcome, SyncGroupRequest):
+                return self._sync(seat, outcome)
+            self._follow(seat, outcome, ApiKey.JOIN_GROUP)
+
+        connection.send(request, on_answer)
+
+    def _sync(self, seat: Seat, request: SyncGroupRequest) -> None:
+        member = seat.member
+        connection = seat.connection
+        assert connection is not None
+        epoch = member.epoch
+
+        def on_answer(response: Response | None, latency_ns: int) -> None:
+            if member.epoch != epoch or seat.down:
+                return
+            if response is None:
+                return self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.SYNC_GROUP)
+            assert isinstance(response, SyncGroupResponse)
+            code = response.error_code
+            self.recorder.record(ApiKey.SYNC_GROUP, latency_ns, code)
+            if code != ErrorCode.NONE:
+                self._error_row(ApiKey.SYNC_GROUP, code, member)
+            outcome = member.on_sync(response, self.now_ms())
+            if outcome is not Next.NOTHING:
+                return self._follow(seat, outcome, ApiKey.SYNC_GROUP)
+            self._stable(seat)
+
+        connection.send(request, on_answer)
+
+    def _stable(self, seat: Seat) -> None:
+        member = seat.member
+        for rebalance in member.rebalances:
+            self._rebalance_row(rebalance)
+        member.rebalances.clear()
+        if self.storm is not None and member.group_id in self.storm:
+            entry = self.storm[member.group_id]
+            entry[1] = max(entry[1], time.time_ns())
+            entry[2] += 1
+        assert seat.connection is not None
+        if seat.template_for != (member.generation_id, member.member_id):
+            seat.template = heartbeat_template(
+                seat.connection.heartbeat_version,
+                seat.connection.client_id,
+                member.group_id,
+                member.generation_id,
+                member.member_id,
+                member.group_instance_id,
+            )
+            seat.template_for = (member.generation_id, member.member_id)
+        self._fetch(seat)
+        self._schedule(self.config.heartbeat_interval_ms, HEARTBEAT, seat)
+        if self.config.commit_interval_ms > 0:
+            # Spread the first commits over an interval, as consumers started at different
+            # moments would.
+            self._schedule(
+                self._rng.randrange(1, self.config.commit_interval_ms + 1),
+                ApiKey.OFFSET_COMMIT,
+                seat,
+            )
+
+    def _fetch(self, seat: Seat) -> None:
+        member = seat.member
+        if not member.assignment or seat.connection is None:
+            return
+        epoch = member.epoch
+
+        def on_answer(response: Response | None, latency_ns: int) -> None:
+            if response is None or member.epoch != epoch or seat.down:
+                return
+            assert isinstance(response, OffsetFetchResponse)
+            self.recorder.record(ApiKey.OFFSET_FETCH, latency_ns, response.error_code)
+            outcome = member.on_fetch(response, self.now_ms())
+            if outcome is not Next.NOTHING:
+                self._error_row(ApiKey.OFFSET_FETCH, member.last_error, member)
+                self._follow(seat, outcome, ApiKey.OFFSET_FETCH)
+
+        seat.connection.send(member.fetch_offsets(), on_answer)
+
+    def _commit(self, seat: Seat) -> None:
+        member = seat.member
+        request = member.commit()
+        if request is None or seat.connection is None:
+            return
+        epoch = member.epoch
+
+        def on_answer(response: Response | None, latency_ns: int) -> None:
+            if response is None or member.epoch != epoch or seat.down:
+                return
+            assert isinstance(response, OffsetCommitResponse)
+            outcome, done, code = member.on_commit(response, self.now_ms())
+            self.recorder.record(ApiKey.OFFSET_COMMIT, latency_ns, code)
+            self.recorder.commit(done)
+            if code:
+                self._error_row(ApiKey.OFFSET_COMMIT, code, member)
+            if outcome is not Next.NOTHING:
+                self._follow(seat, outcome, ApiKey.OFFSET_COMMIT)
+
+        seat.connection.send(request, on_answer)
+
+    def leave(self, seat: Seat, then: Callable[[], None] | None = None) -> None:
+        """LeaveGroup, as a closing consumer; `then` runs when it is answered (or lost)."""
+        member = seat.member
+        connection = seat.connection
+        if member.state is not State.STABLE or connection is None or connection.closed:
+            member.reset(State.STOPPED)
+            if then is not None:
+                then()
+            return
+        request = member.leave()
+
+        def on_answer(response: Response | None, latency_ns: int) -> None:
+            if response is not None:
+                self.recorder.record(ApiKey.LEAVE_GROUP, latency_ns, response.error_code)  # type: ignore[attr-defined]
+            member.on_leave()
+            if then is not None:
+                then()
+
+        connection.send(request, on_answer)
+
+    def crash(self, seat: Seat) -> None:
+        """The member's process dies: no LeaveGroup; with a connection of its own, the
+        connection closes too."""
+        seat.member.crash()
+        seat.down = True
+        seat.heartbeat_sent_ns = 0
+        if self.config.members_per_connection == 1 and seat.connection is not None:
+            seat.connection.close()
+        seat.connection = None
+
+    # -- answers that send the member elsewhere --------------------------------------------
+
+    def _follow(self, seat: Seat, outcome: Next, api: int) -> None:
+        member = seat.member
+        if outcome is Next.REJOIN:
+            if member.last_error == ErrorCode.UNKNOWN_MEMBER_ID and api != ApiKey.JOIN_GROUP:
+                self.recorder.unexpected_expiration()
+            member.last_error = 0
+            return self._join(seat)
+        if outcome is Next.RETRY:
+            return self._retry(seat, member.last_error, api)
+        if outcome is Next.STOP:
+            log.warning("member of %s stopped by %s", member.group_id, _name(member.last_error))
+
+    def _retry(self, seat: Seat, code: int, api: int) -> None:
+        """Find the coordinator and join again after the backoff (a lost connection, a
+        coordinator that moved or is loading)."""
+        member = seat.member
+        if code == ErrorCode.NETWORK_EXCEPTION:
+            self.recorder.error_code(api, code)
+        if member.state is State.STABLE:
+            member.rebalance_started_ms = self.now_ms()
+            member.rebalance_reason = _name(code)
+        member.state = State.UNJOINED
+        member.epoch += 1
+        seat.connection = None
+        self._schedule(self.config.retry_backoff_ms, -1, seat)
+
+    def _error_row(self, api: int, code: int, member: Member) -> None:
+        self.recorder.error(api, code, member.group_id, member.member_id, self.wall_ms())
+
+    def _rebalance_row(self, r: Rebalance) -> None:
+        expected = self.rebalances_expected or r.reason == "join"
+        self.recorder.rebalance(
+            r.group_id,
+            r.member_id,
+            r.group_instance_id,
+            r.generation_id,
+            self.wall_ms(r.started_ms),
+            self.wall_ms(r.ended_ms),
+            r.reason,
+            expected,
+        )
+
+    # -- heartbeats ------------------------------------------------------------------------
+
+    def _on_heartbeats(self, answers: list[tuple[Any, int]], now_ns: int) -> None:
+        self._last_progress_ns = now_ns
+        latencies = self.recorder.latencies(HEARTBEAT)
+        for seat, code in answers:
+            sent = seat.heartbeat_sent_ns
+            seat.heartbeat_sent_ns = 0
+            member = seat.member
+            if seat.heartbeat_epoch != member.epoch or seat.down:
+                continue
+            if code == 0:
+                latencies.append(now_ns - sent)
+                continue
+            if code == ErrorCode.NETWORK_EXCEPTION:
+                self._retry(seat, code, HEARTBEAT)
+                continue
+            self.recorder.record(HEARTBEAT, now_ns - sent, code)
+            self._error_row(HEARTBEAT, code, member)
+            outcome = member.on_heartbeat(code, self.now_ms())
+            self._follow(seat, outcome, HEARTBEAT)
+
+    # -- timers ----------------------------------------------------------------------------
+
+    def _schedule(self, delay_ms: int, kind: int, seat: Seat) -> None:
+        tick = self._tick + max(1, math.ceil(delay_ms / TICK_MS))
+        self._timers[tick].append((kind, seat, seat.member.epoch))
+
+    def call_later(self, delay_ms: int, action: Callable[[], None]) -> None:
+        """For scenarios: `action` after `delay_ms`."""
+        tick = self._tick + max(1, math.ceil(delay_ms / TICK_MS))
+        self._actions[tick].append(action)
+
+    async def _ticker(self) -> None:
+        start = trio.current_time()
+        while True:
+            self._tick += 1
+            await trio.sleep_until(start + self._tick * TICK_MS / 1000)
+            due = self._timers.pop(self._tick, None)
+            if due:
+                self._fire(due)
+            actions = self._actions.pop(self._tick, None)
+            if actions:
+                for action in actions:
+                    action()
+
+    def _fire(self, due: list[tuple[int, Seat, int]]) -> None:
+        batches: dict[Connection, tuple[list[bytes], list[Seat]]] = {}
+        now_ns = time.perf_counter_ns()
+        interval = self.config.heartbeat_interval_ms
+        for kind, seat, epoch in due:
+            member = seat.member
+            if member.epoch != epoch or seat.down:
+                continue
+            if kind == HEARTBEAT:
+                if member.state is not State.STABLE:
+                    continue
+                self._schedule(interval, HEARTBEAT, seat)
+                connection = seat.connection
+                if seat.heartbeat_sent_ns or connection is None:
+                    continue  # the last is still unanswered: no second one, as consumers do
+                batch = batches.get(connection)
+                if batch is None:
+                    batch = batches[connection] = ([], [])
+                batch[0].append(seat.template)
+                batch[1].append(seat)
+                seat.heartbeat_sent_ns = now_ns
+                seat.heartbeat_epoch = epoch
+            elif kind == ApiKey.OFFSET_COMMIT:
+                if member.state is State.STABLE:
+                    self._commit(seat)
+                    self._schedule(self.config.commit_interval_ms, ApiKey.OFFSET_COMMIT, seat)
+            elif kind == -1 and member.state is State.UNJOINED:
+                self.start(seat)
+        for connection, (templates, seats) in batches.items():
+            connection.send_heartbeats(templates, seats)
+
+    # -- watching --------------------------------------------------------------------------
+
+    def _progress(self) -> None:
+        self._last_progress_ns = time.perf_counter_ns()
+
+    def stalled(self) -> str | None:
+        """Why the server looks stalled or gone, or None: a request unanswered past the
+        request timeout (JoinGroups get the rebalance timeout more), or members unable to
+        connect with nothing heard from the server for the request timeout."""
+        now = time.perf_counter_ns()
+        timeout_ns = self.config.request_timeout_ms * 1_000_000
+        join_grace = self.config.rebalance_timeout_ms * 1_000_000
+        connections = list(self._connections.values())
+        if self._bootstrap is not None:
+            connections.append(self._bootstrap)
+        oldest = max((c.oldest_wait_ns(now, join_grace) for c in connections), default=0)
+        where = _address(self.config.bootstrap)
+        if oldest > timeout_ns:
+            return f"a request to {where} has waited {oldest / 1e9:.0f} s for its answer"
+        heard = max([self._last_progress_ns, *(c.received_at_ns for c in connections)])
+        waiting = sum(1 for s in self.seats if not s.down and s.member.state is State.UNJOINED)
+        if waiting and now - heard > timeout_ns:
+            quiet = (now - heard) / 1e9
+            return (
+                f"nothing heard from {where} for {quiet:.0f} s while {waiting} members wait to join"
+            )
+        return None
+
+    def states(self) -> dict[str, int]:
+        counts = dict.fromkeys((s.value for s in State), 0)
+        for seat in self.seats:
+            counts[seat.member.state.value] += 1
+        return counts
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections) + (
+            1 if self._bootstrap is not None and not self._bootstrap.closed else 0
+        )
+
+    def all_stable(self, seats: Iterable[Seat] | None = None) -> bool:
+        return all(
+            s.member.state is State.STABLE
+            for s in (self.seats if seats is None else seats)
+            if not s.down
+        )
+
+    def flush_storm(self) -> None:
+        if self.storm is None:
+            return
+        for group, (joined, synced, members) in self.storm.items():
+            self.recorder.storm(group, members, joined, synced)
+        self.storm = None
+
+    def is_fastcoord(self) -> bool:
+        return (self.cluster_id or "").startswith("fastcoord")
+
+
+def _address(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
+def _name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
+
+
+__all__ = ["Fleet", "FleetAborted", "FleetConfig", "Recorder", "Request", "Seat"]

@@ -1,0 +1,289 @@
+"""`fastcoord loadtest`: check what can be checked, start the workers, gather, report.
+
+The parent process drives no members: it refuses a run that cannot work (more connections
+than the open-file limit allows, an unreachable bootstrap, shared connections against a
+server that would deadlock them), starts the worker processes, merges their seconds into
+the live display and the results under --out, and ends with the summary and an exit
+status: 0 passed, 1 a threshold was exceeded, 2 the run could not start, 3 it was cut short
+(the server died or stalled, a worker failed), 130 interrupted. Whatever was measured
+before an end of any kind is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection as Pipe
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, cast
+
+import trio
+from rich.console import Console
+
+from fastcoord.client.connection import Connection, connect_reason
+from fastcoord.client.fleet import FleetConfig
+from fastcoord.loadtest import scenarios, worker
+from fastcoord.loadtest.aggregate import Aggregator, Thresholds
+from fastcoord.loadtest.display import LiveDisplay, print_summary
+from fastcoord.protocol.messages import MetadataRequest, MetadataResponse
+
+PASSED, EXCEEDED, CANNOT_START, CUT_SHORT, INTERRUPTED = 0, 1, 2, 3, 130
+FLUSH_S = 5  # a killed run loses at most this much of its tables
+FILES_KEPT = 64  # a worker's own files besides its connections: pipes, logs, libraries
+STOP_GRACE_S = worker.LEAVE_TIMEOUT_S + 15  # after the deadline, before workers are told to stop
+
+
+@dataclass(frozen=True)
+class Options:
+    bootstrap: str
+    scenario: str
+    members: int
+    groups: int
+    members_per_connection: int
+    processes: int
+    duration_s: float
+    heartbeat_interval_ms: int
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    commit_interval_ms: int
+    request_timeout_ms: int
+    topics: list[str]
+    partitions: int
+    churn_rate: float | None
+    wave_size: int | None
+    wave_interval_ms: int
+    restart_pause_ms: int | None
+    group_prefix: str
+    seed: int
+    out: Path
+    max_error_rate: float | None
+    max_p99_ms: float | None
+
+
+class CannotStart(Exception):
+    """The run cannot work as asked; the message says why and what to do."""
+
+
+def parse_bootstrap(text: str) -> tuple[str, int]:
+    first = text.split(",")[0].strip()
+    host, _, port = first.rpartition(":")
+    if not host or not port.isdigit():
+        raise CannotStart(f"--bootstrap {text!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def check_file_limit(o: Options) -> None:
+    """Refuse a run whose workers would run out of file descriptors midway."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        return
+    per_worker = math.ceil(math.ceil(o.members / o.processes) / o.members_per_connection) + 1
+    allowed = hard - FILES_KEPT
+    if per_worker <= allowed:
+        return
+    processes = math.ceil(o.members / o.members_per_connection / (allowed - 1))
+    sharing = math.ceil(math.ceil(o.members / o.processes) / (allowed - 1))
+    raise CannotStart(
+        f"{o.members} members at {o.members_per_connection} per connection need {per_worker} "
+        f"connections in each of {o.processes} worker process(es), but a process may open "
+        f"{hard} files here ({allowed} for connections): use --processes {processes}, or "
+        f"--members-per-connection {sharing} against fastcoord (the server must accept that "
+        "many connections too)"
+    )
+
+
+async def _probe(address: tuple[str, int], timeout_s: float) -> str | None:
+    """The broker's cluster id, from a Metadata request on a fresh connection."""
+    connection = Connection(address)
+    await connection.open(timeout_s)
+    answer: list[Any] = []
+    got = trio.Event()
+
+    def on_answer(response: Any, _latency: int) -> None:
+        answer.append(response)
+        got.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        connection.send(MetadataRequest(topics=[], allow_auto_topic_creation=False), on_answer)
+        with trio.fail_after(timeout_s):
+            await got.wait()
+        connection.close()
+    response = answer[0]
+    if not isinstance(response, MetadataResponse):
+        raise ConnectionError("the connection closed before the Metadata answer")
+    return response.cluster_id
+
+
+def probe(o: Options, address: tuple[str, int]) -> bool:
+    """Whether the server is fastcoord; CannotStart when it cannot be reached."""
+    try:
+        cluster_id = trio.run(_probe, address, 10.0)
+    except Exception as exc:
+        raise CannotStart(
+            f"cannot reach the bootstrap {address[0]}:{address[1]} ({connect_reason(exc)}): "
+            "is the server running, and is --bootstrap its address?"
+        ) from None
+    is_fastcoord = (cluster_id or "").startswith("fastcoord")
+    if o.members_per_connection > 1 and not is_fastcoord:
+        raise CannotStart(
+            f"--members-per-connection {o.members_per_connection} needs fastcoord: the server at "
+            f"{address[0]}:{address[1]} (cluster id {cluster_id!r}) is not, and Kafka mutes a "
+            "connection while a JoinGroup on it waits, so members sharing it would wait on each "
+            "other for ever. Use --members-per-connection 1 (and --processes for more members)."
+        )
+    return is_fastcoord
+
+
+def plan_of(o: Options) -> scenarios.Plan:
+    return scenarios.Plan(
+        scenario=o.scenario,
+        members=o.members,
+        groups=o.groups,
+        group_prefix=o.group_prefix,
+        duration_s=o.duration_s,
+        churn_rate=o.churn_rate if o.churn_rate is not None else max(1.0, o.members / 100),
+        wave_size=o.wave_size if o.wave_size is not None else max(1, o.members // 10),
+        wave_interval_ms=o.wave_interval_ms,
+        restart_pause_ms=o.restart_pause_ms
+        if o.restart_pause_ms is not None
+        else o.session_timeout_ms // 3,
+        settle_timeout_s=max(30.0, o.rebalance_timeout_ms / 1000),
+    )
+
+
+def fleet_config(o: Options, address: tuple[str, int]) -> FleetConfig:
+    return FleetConfig(
+        bootstrap=address,
+        members_per_connection=o.members_per_connection,
+        heartbeat_interval_ms=o.heartbeat_interval_ms,
+        session_timeout_ms=o.session_timeout_ms,
+        rebalance_timeout_ms=o.rebalance_timeout_ms,
+        commit_interval_ms=o.commit_interval_ms,
+        request_timeout_ms=o.request_timeout_ms,
+        topics=list(o.topics),
+        partitions=o.partitions,
+        seed=o.seed,
+    )
+
+
+def run(o: Options, console: Console | None = None) -> int:
+    """The whole run; its exit status. The live view goes to standard error, the summary
+    to standard output."""
+    console = console or Console(stderr=True)
+    out = Console(width=None if sys.stdout.isatty() else 120)
+    try:
+        address = parse_bootstrap(o.bootstrap)
+        check_file_limit(o)
+        is_fastcoord = probe(o, address)
+    except CannotStart as exc:
+        console.print(f"fastcoord loadtest: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return CANNOT_START
+    o.out.mkdir(parents=True, exist_ok=True)
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(o).items()}
+    config["server_is_fastcoord"] = is_fastcoord
+    aggregator = Aggregator(o.out, config, o.processes, Thresholds(o.max_error_rate, o.max_p99_ms))
+    outcome, message = _drive(o, address, aggregator, console)
+    summary = aggregator.finish(outcome, message)
+    print_summary(summary, out)
+    if message:
+        console.print(
+            f"fastcoord loadtest: {message}", markup=False, highlight=False, soft_wrap=True
+        )
+    out.print(f"results in {o.out}", markup=False, highlight=False, soft_wrap=True)
+    if outcome == "interrupted":
+        return INTERRUPTED
+    if outcome != "completed":
+        return CUT_SHORT
+    return PASSED if summary["verdict"]["passed"] else EXCEEDED
+
+
+def _drive(
+    o: Options, address: tuple[str, int], aggregator: Aggregator, console: Console
+) -> tuple[str, str | None]:
+    """Run the workers to their end; (outcome, message)."""
+    context = multiprocessing.get_context("spawn")
+    started = time.time()
+    fleet = fleet_config(o, address)
+    plan = plan_of(o)
+    pipes: dict[Pipe, int] = {}
+    processes = []
+    for n in range(o.processes):
+        ours, theirs = context.Pipe()
+        job = worker.Job(n, o.processes, fleet, plan, started)
+        process = context.Process(
+            target=worker.main, args=(job, theirs), name=f"loadtest-worker-{n}", daemon=True
+        )
+        process.start()
+        theirs.close()
+        pipes[ours] = n
+        processes.append(process)
+    outcome, message = "completed", None
+    done: set[int] = set()
+    stopping_at: float | None = None
+    deadline = started + o.duration_s + STOP_GRACE_S
+
+    def stop_all() -> None:
+        nonlocal stopping_at
+        if stopping_at is None:
+            stopping_at = time.time()
+            for pipe in pipes:
+                with contextlib.suppress(OSError):  # that worker has ended
+                    pipe.send("stop")
+
+    next_show = next_flush = time.time() + 1
+    with LiveDisplay(console) as display:
+        while len(done) < len(pipes):
+            try:
+                live = [p for p, n in pipes.items() if n not in done]
+                for ready in wait(live, timeout=0.25):
+                    pipe = cast(Pipe, ready)
+                    n = pipes[pipe]
+                    try:
+                        kind, body = pipe.recv()
+                    except (EOFError, OSError):
+                        done.add(n)
+                        if outcome == "completed" and stopping_at is None:
+                            outcome, message = "cut short", f"worker {n} ended without a word"
+                            stop_all()
+                        continue
+                    if kind == "second":
+                        aggregator.add(body)
+                    elif kind in ("aborted", "failed"):
+                        if outcome == "completed":
+                            outcome = "cut short"
+                            message = str(body) if kind == "aborted" else f"worker {n}: {body}"
+                        stop_all()
+                        if kind == "failed":
+                            done.add(n)
+                    elif kind == "done":
+                        done.add(n)
+                now = time.time()
+                if now >= next_show:
+                    next_show = now + 1
+                    display.update(aggregator.snapshot())
+                if now >= next_flush:
+                    # Each flush is a file per table: every few seconds, not every second.
+                    next_flush = now + FLUSH_S
+                    aggregator.flush()
+                if now > deadline:
+                    stop_all()
+                if stopping_at is not None and now > stopping_at + STOP_GRACE_S:
+                    break
+            except KeyboardInterrupt:
+                if stopping_at is not None:
+                    break
+                outcome, message = "interrupted", "interrupted: the members were told to stop"
+                stop_all()
+    for process in processes:
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5)
+    return outcome, message

@@ -1,0 +1,188 @@
+"""What the members of a load test do, scenario by scenario.
+
+Each scenario starts the worker's members in its fleet and then acts on them until the
+deadline: nothing more (steady), all joining in the same instant (join-storm), leaving and
+rejoining in waves (rolling-restart), crashing without a LeaveGroup while new members join
+(churn), or restarting static members within their session timeout, where the coordinator
+must not rebalance (static). Members are spread over the workers by index, and over the
+groups likewise, so every worker holds a share of every group when there are enough.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import trio
+
+from fastcoord.client.fleet import Fleet, Seat
+from fastcoord.client.member import State
+
+SCENARIOS = ("steady", "join-storm", "rolling-restart", "churn", "static")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A scenario's parameters, the same in every worker."""
+
+    scenario: str
+    members: int  # in the whole run
+    groups: int
+    group_prefix: str
+    duration_s: float
+    churn_rate: float  # members per second: crashes (churn) or restarts (static)
+    wave_size: int  # rolling-restart: members per wave
+    wave_interval_ms: int
+    restart_pause_ms: int  # static: how long a restarted member stays away
+    settle_timeout_s: float  # how long to wait for every member to be stable before acting
+
+    def group_of(self, index: int) -> str:
+        width = max(4, len(str(self.groups - 1)))
+        return f"{self.group_prefix}-{index % self.groups:0{width}d}"
+
+    def mine(self, worker: int, workers: int) -> range:
+        """The member indexes this worker drives."""
+        return range(worker, self.members, workers)
+
+
+async def run(fleet: Fleet, plan: Plan, worker: int, workers: int, deadline: float) -> None:
+    """Add this worker's members to `fleet` and play the scenario until `deadline`
+    (trio.current_time()); the members are still in the group at the end."""
+    static = plan.scenario == "static"
+    seats = [
+        fleet.add(plan.group_of(i), f"{plan.group_of(i)}-member-{i}" if static else None)
+        for i in plan.mine(worker, workers)
+    ]
+    play = PLAYS[plan.scenario]
+    with trio.move_on_at(deadline):
+        await play(fleet, plan, seats, deadline)
+        await trio.sleep_until(deadline)
+
+
+async def _steady(fleet: Fleet, plan: Plan, seats: list[Seat], deadline: float) -> None:
+    for seat in seats:
+        fleet.start(seat)
+
+
+async def _join_storm(fleet: Fleet, plan: Plan, seats: list[Seat], deadline: float) -> None:
+    # Connect everyone and find the coordinator first, so that the storm is of JoinGroups
+    # and SyncGroups, not of TCP handshakes.
+    fleet.holding = []
+    for seat in seats:
+        fleet.start(seat)
+    with trio.move_on_after(plan.settle_timeout_s):
+        while len(fleet.holding) < len(seats):
+            await trio.sleep(0.05)
+    held, fleet.holding = fleet.holding, None
+    fleet.storm = {}
+    for seat in held:
+        fleet.join_now(seat)
+    await _settle(fleet, seats, plan)
+    fleet.flush_storm()
+
+
+async def _rolling_restart(fleet: Fleet, plan: Plan, seats: list[Seat], deadline: float) -> None:
+    await _start_and_settle(fleet, plan, seats)
+    size = max(1, min(len(seats), math.ceil(plan.wave_size * len(seats) / max(1, plan.members))))
+    position = 0
+    while True:
+        await trio.sleep(plan.wave_interval_ms / 1000)
+        for _ in range(size):
+            seat = seats[position % len(seats)]
+            position += 1
+
+            def rejoin(seat: Seat = seat) -> None:
+                seat.member.restart()
+                fleet.start(seat)
+
+            fleet.leave(seat, then=rejoin)
+
+
+async def _churn(fleet: Fleet, plan: Plan, seats: list[Seat], deadline: float) -> None:
+    await _start_and_settle(fleet, plan, seats)
+
+    def act(seat: Seat) -> None:
+        fleet.crash(seat)
+        seat.member.restart()  # a new consumer in its place, a new member to the group
+        fleet.start(seat)
+
+    await _at_rate(fleet, plan, seats, act)
+
+
+async def _static(fleet: Fleet, plan: Plan, seats: list[Seat], deadline: float) -> None:
+    await _start_and_settle(fleet, plan, seats)
+    # From here on, the coordinator should hand restarted members their old places: any
+    # rebalance a member sees is flagged.
+    fleet.rebalances_expected = False
+
+    def act(seat: Seat) -> None:
+        fleet.crash(seat)
+        fleet.call_later(plan.restart_pause_ms, lambda: fleet.start(seat))
+
+    await _at_rate(fleet, plan, seats, act)
+
+
+async def _at_rate(
+    fleet: Fleet, plan: Plan, seats: list[Seat], act: Callable[[Seat], None]
+) -> None:
+    """Act on stable members, round robin, at this worker's share of churn_rate."""
+    rate = plan.churn_rate * len(seats) / max(1, plan.members)
+    if rate <= 0:
+        return
+    position = 0
+    owed = 0.0
+    tick = 0.1
+    while True:
+        await trio.sleep(tick)
+        owed += rate * tick
+        while owed >= 1:
+            owed -= 1
+            for _ in range(len(seats)):
+                seat = seats[position % len(seats)]
+                position += 1
+                if seat.member.state is State.STABLE and not seat.down:
+                    act(seat)
+                    break
+
+
+async def _start_and_settle(fleet: Fleet, plan: Plan, seats: list[Seat]) -> None:
+    for seat in seats:
+        fleet.start(seat)
+    await _settle(fleet, seats, plan)
+
+
+async def _settle(fleet: Fleet, seats: list[Seat], plan: Plan) -> None:
+    with trio.move_on_after(plan.settle_timeout_s):
+        while not fleet.all_stable(seats):
+            await trio.sleep(0.05)
+
+
+async def leave_all(fleet: Fleet, timeout_s: float) -> None:
+    """Every stable member leaves, as consumers closing at the end of a test do."""
+    left = trio.Event()
+    waiting = [0]
+
+    def done() -> None:
+        waiting[0] -= 1
+        if waiting[0] == 0:
+            left.set()
+
+    for seat in fleet.seats:
+        if seat.member.state is State.STABLE and not seat.down:
+            waiting[0] += 1
+            fleet.leave(seat, then=done)
+    if waiting[0] == 0:
+        return
+    with trio.move_on_after(timeout_s):
+        await left.wait()
+
+
+Play = Callable[[Fleet, Plan, list[Seat], float], Awaitable[None]]
+PLAYS: dict[str, Play] = {
+    "steady": _steady,
+    "join-storm": _join_storm,
+    "rolling-restart": _rolling_restart,
+    "churn": _churn,
+    "static": _static,
+}

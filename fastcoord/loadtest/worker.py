@@ -1,0 +1,132 @@
+"""A loadtest worker process: one Trio loop, one fleet, its share of the members.
+
+Workers are processes so that each has its own open-file limit and its own core: 100k
+members with a connection each need more sockets than one process may open. A worker
+reports once a second over its pipe to the parent (a `Second` of measurements), stops when
+the parent says so or its deadline passes, and says why when it cannot go on.
+
+Messages to the parent: ("ready", info), ("second", Second), ("aborted", reason),
+("failed", reason), ("done", None). From the parent: "stop".
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import signal
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection as Pipe
+
+import trio
+
+from fastcoord.client.connection import connect_reason
+from fastcoord.client.fleet import Fleet, FleetAborted, FleetConfig
+from fastcoord.loadtest import scenarios
+from fastcoord.loadtest.stats import Recorder
+
+LEAVE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Job:
+    worker: int
+    workers: int
+    fleet: FleetConfig
+    plan: scenarios.Plan
+    started_wall: float  # time.time() when the run began, shared by every worker
+
+
+def raise_file_limit() -> int:
+    """Raise the soft open-file limit to the hard one; the limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def main(job: Job, pipe: Pipe) -> None:
+    """The worker process's entry point."""
+    # Ctrl-C reaches the whole process group; the parent decides, and says "stop".
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.WARNING, format=f"worker {job.worker}: %(message)s")
+    raise_file_limit()
+    try:
+        trio.run(_run, job, pipe)
+    except BaseException as exc:  # the parent must hear why, whatever it was
+        pipe.send(("failed", f"{type(exc).__name__}: {exc}"))
+        raise
+    finally:
+        pipe.close()
+
+
+async def _run(job: Job, pipe: Pipe) -> None:
+    recorder = Recorder(job.worker)
+    fleet = Fleet(job.fleet, recorder)
+    deadline = trio.current_time() + job.plan.duration_s - (time.time() - job.started_wall)
+    async with trio.open_nursery() as nursery:
+        try:
+            await nursery.start(fleet.run)
+        except (OSError, trio.TooSlowError, FleetAborted) as exc:
+            host, port = job.fleet.bootstrap
+            pipe.send(("failed", f"cannot reach {host}:{port}: {connect_reason(exc)}"))
+            nursery.cancel_scope.cancel()
+            return
+        pipe.send(("ready", {"cluster_id": fleet.cluster_id, "partitions": fleet.partitions}))
+        reporter = _Reporter(job, pipe, fleet, recorder)
+        nursery.start_soon(reporter.run, nursery.cancel_scope)
+        with trio.CancelScope() as scenario_scope:
+            reporter.scenario_scope = scenario_scope
+            await scenarios.run(fleet, job.plan, job.worker, job.workers, deadline)
+        if reporter.aborted is None:
+            await scenarios.leave_all(fleet, LEAVE_TIMEOUT_S)
+        reporter.report()
+        pipe.send(("done", None) if reporter.aborted is None else ("aborted", reporter.aborted))
+        nursery.cancel_scope.cancel()
+
+
+class _Reporter:
+    """Once a second: the measurements to the parent, a look for a stalled server, and
+    a look for the parent's stop."""
+
+    def __init__(self, job: Job, pipe: Pipe, fleet: Fleet, recorder: Recorder) -> None:
+        self.job = job
+        self.pipe = pipe
+        self.fleet = fleet
+        self.recorder = recorder
+        self.scenario_scope: trio.CancelScope | None = None
+        self.aborted: str | None = None
+        self._second = 0
+
+    async def run(self, scope: trio.CancelScope) -> None:
+        start = self.job.started_wall
+        while True:
+            self._second += 1
+            await trio.sleep(max(0.0, start + self._second - time.time()))
+            self.report(self._second)
+            reason = self.fleet.stalled()
+            if reason is not None:
+                self.aborted = reason
+                self._stop()
+            if self.pipe.poll() and self.pipe.recv() == "stop":
+                self._stop()
+
+    def _stop(self) -> None:
+        if self.scenario_scope is not None:
+            self.scenario_scope.cancel()
+
+    def report(self, elapsed_s: int | None = None) -> None:
+        """Send what was measured since the last report (the last, partial, second when
+        `elapsed_s` is None)."""
+        second = self.recorder.take(
+            self._second + 1 if elapsed_s is None else elapsed_s,
+            int(time.time() * 1000),
+            self.fleet.states(),
+            self.fleet.connection_count,
+            time.process_time(),  # the Recorder takes each second's share of the total
+        )
+        self.pipe.send(("second", second))
