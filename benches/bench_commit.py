@@ -2,12 +2,12 @@
 librdkafka mock cluster, measured in the same run by the same client.
 
 Peers, each a subprocess pinned to the same core (the client to another), started and stopped
-by PID (benches/loopback.py):
+by PID (fastcoord.testing):
 - `fastcoord serve --fsync always`, `--fsync batch` (the default, linger 5 ms) and
   `--fsync never`, each with its data directory in its own temporary working directory, on
   the disk that holds the system's temporary directory (so that fsync is real; the report
   names the file system);
-- the librdkafka mock cluster (`python benches/loopback.py mock`), which keeps offsets in
+- the librdkafka mock cluster (`python -m fastcoord.testing mock`), which keeps offsets in
   memory.
 
 The client commits offsets for one group that has no members ("standalone" commits:
@@ -66,6 +66,8 @@ from typing import Any
 
 import numpy as np
 
+from fastcoord import testing
+from fastcoord.client.blocking import Connection, PeerError
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.framing import decode_response, encode_request
@@ -84,6 +86,8 @@ from fastcoord.protocol.messages import (
     OffsetFetchRequestTopic,
     OffsetFetchResponse,
 )
+from fastcoord.testing import ServerProcess
+from fastcoord.testing_cpu import cores, pinned
 
 from . import loopback
 from .common import SMOKE, scaled
@@ -204,11 +208,11 @@ def _check_slowly(frame: bytes, expected_id: int, errors: dict[int, int]) -> Non
     Raises on a wrong correlation id or a wrong shape."""
     correlation_id, response = decode_response(ApiKey.OFFSET_COMMIT, COMMIT_VERSION, frame)
     if correlation_id != expected_id:
-        raise loopback.PeerError(f"correlation id {correlation_id}, expected {expected_id}")
+        raise PeerError(f"correlation id {correlation_id}, expected {expected_id}")
     assert isinstance(response, OffsetCommitResponse)
     codes = commit_errors(response)
     if sum(codes.values()) != PARTITIONS:
-        raise loopback.PeerError(f"an OffsetCommit answer of {sum(codes.values())} partitions")
+        raise PeerError(f"an OffsetCommit answer of {sum(codes.values())} partitions")
     _tally(errors, codes)
 
 
@@ -243,7 +247,7 @@ def walk_answers(
         if size != length - 4 or frame[4:] != expected.body:
             _check_slowly(frame, (first + got) % n, errors)
         elif int.from_bytes(frame[:4], "big", signed=True) != (first + got) % n:
-            raise loopback.PeerError(
+            raise PeerError(
                 f"correlation id {int.from_bytes(frame[:4], 'big', signed=True)}, "
                 f"expected {(first + got) % n}"
             )
@@ -275,21 +279,21 @@ class Measurement(loopback.Measurement):
 @dataclass
 class Session:
     name: str
-    peer: loopback.Peer
-    client: loopback.KafkaClient
+    peer: ServerProcess
+    client: Connection
     ring: CommitRing
     expected: Expected
     load_ms: float  # from the peer's start to its first commit answered NONE
     last_frame: int = 0
 
 
-def _served(client: loopback.KafkaClient, api_key: ApiKey, version: int) -> None:
+def _served(client: Connection, api_key: ApiKey, version: int) -> None:
     low, high = client.versions.get(api_key, (0, -1))
     if not low <= version <= high:
-        raise loopback.PeerError(f"{api_key.name} v{version} not served (v{low}-{high})")
+        raise PeerError(f"{api_key.name} v{version} not served (v{low}-{high})")
 
 
-def _create_topics(client: loopback.KafkaClient) -> None:
+def _create_topics(client: Connection) -> None:
     """A Metadata request names the topics: both peers create them (the mock with 4
     partitions each); check that each has the partitions the commits name."""
     request = MetadataRequest(
@@ -310,14 +314,14 @@ def _create_topics(client: loopback.KafkaClient) -> None:
         if not short:
             return
         if time.monotonic() > deadline:
-            raise loopback.PeerError(
+            raise PeerError(
                 f"topics without {PARTITIONS_PER_TOPIC} partitions: "
                 + ", ".join(f"{t} {partitions.get(t)}" for t in short[:3])
             )
         time.sleep(0.05)
 
 
-def _first_commit(client: loopback.KafkaClient, ring: CommitRing) -> Expected:
+def _first_commit(client: Connection, ring: CommitRing) -> Expected:
     """Commit ring frame 0 until the peer answers it (fastcoord answers
     COORDINATOR_LOAD_IN_PROGRESS while it loads its offsets log); every partition must be
     answered NONE. That answer is the one every later commit must get."""
@@ -329,27 +333,33 @@ def _first_commit(client: loopback.KafkaClient, ring: CommitRing) -> Expected:
         assert isinstance(response, OffsetCommitResponse)
         codes = commit_errors(response)
         if correlation_id != 0 or sum(codes.values()) != PARTITIONS:
-            raise loopback.PeerError(f"first commit: id {correlation_id}, codes {codes}")
+            raise PeerError(f"first commit: id {correlation_id}, codes {codes}")
         if codes == {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: PARTITIONS}:
             if time.monotonic() > deadline:
-                raise loopback.PeerError("the peer is still loading its offsets")
+                raise PeerError("the peer is still loading its offsets")
             time.sleep(0.02)
             continue
         if codes != {ErrorCode.NONE: PARTITIONS}:
-            raise loopback.PeerError(f"a standalone commit was answered {codes}")
+            raise PeerError(f"a standalone commit was answered {codes}")
         return Expected(frame[4:])
 
 
-def _start(name: str, core: int | None) -> loopback.Peer:
+def _start(name: str, core: int | None) -> ServerProcess:
     if name == "mock":
-        peer = loopback.start_mock(core)
-    else:
-        policy = name.removeprefix("fsync-")
-        peer = loopback.start_fastcoord(
-            core, ("--fsync", policy, "--num-partitions", str(PARTITIONS_PER_TOPIC))
-        )
-        peer.name = LABELS[name]
-    return loopback.running(peer)
+        return testing.start_mock(core)
+    return testing.start_fastcoord(
+        None,  # a temporary directory: on the disk that holds the system's temporary directory
+        *loopback.SERVE_ARGS,
+        extra_args=(
+            "--fsync",
+            name.removeprefix("fsync-"),
+            "--num-partitions",
+            str(PARTITIONS_PER_TOPIC),
+        ),
+        wait_loaded=False,  # load_ms counts the load: _first_commit waits for it
+        core=core,
+        name=LABELS[name],
+    )
 
 
 def _open(name: str, core: int | None) -> Session:
@@ -358,7 +368,7 @@ def _open(name: str, core: int | None) -> Session:
     peer = _start(name, core)
     client = None
     try:
-        bootstrap = loopback.KafkaClient(peer.host, peer.port)
+        bootstrap = Connection(peer.host, peer.port)
         try:
             bootstrap.api_versions()
             _served(bootstrap, ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION)
@@ -367,10 +377,10 @@ def _open(name: str, core: int | None) -> Session:
             )
             assert isinstance(found, FindCoordinatorResponse)
             if found.error_code != 0:
-                raise loopback.PeerError(f"FindCoordinator: error {found.error_code}")
+                raise PeerError(f"FindCoordinator: error {found.error_code}")
         finally:
             bootstrap.close()
-        client = loopback.KafkaClient(found.host, found.port)
+        client = Connection(found.host, found.port)
         client.api_versions()
         for api_key, version in (
             (ApiKey.METADATA, METADATA_VERSION),
@@ -385,11 +395,11 @@ def _open(name: str, core: int | None) -> Session:
         if name != "mock":
             policy = name.removeprefix("fsync-")
             if f"fsync {policy}" not in peer.log():
-                raise loopback.PeerError(f"{peer.name} does not log its policy:\n{peer.log()}")
+                raise PeerError(f"{peer.name} does not log its policy:\n{peer.log()}")
     except BaseException:
         if client is not None:
             client.close()
-        loopback.stop(peer)
+        peer.stop()
         raise
     return Session(name, peer, client, ring, expected, load_ms)
 
@@ -403,12 +413,12 @@ def committed(session: Session) -> dict[tuple[str, int], int]:
     response = session.client.request(request, FETCH_VERSION)
     assert isinstance(response, OffsetFetchResponse)
     if response.error_code != 0:
-        raise loopback.PeerError(f"OffsetFetch: error {response.error_code}")
+        raise PeerError(f"OffsetFetch: error {response.error_code}")
     offsets: dict[tuple[str, int], int] = {}
     for topic in response.topics:
         for p in topic.partitions:
             if p.error_code != 0:
-                raise loopback.PeerError(f"OffsetFetch {topic.name}[{p.partition_index}]: error")
+                raise PeerError(f"OffsetFetch {topic.name}[{p.partition_index}]: error")
             offsets[(topic.name, p.partition_index)] = p.committed_offset
     return offsets
 
@@ -419,7 +429,7 @@ def check_committed(session: Session) -> None:
     want = FIRST_OFFSET + session.last_frame
     wrong = {tp: o for tp, o in offsets.items() if o != want}
     if len(offsets) != PARTITIONS or wrong:
-        raise loopback.PeerError(
+        raise PeerError(
             f"{session.peer.name}: {len(offsets)} partitions fetched, "
             f"{len(wrong)} not at {want}: {dict(list(wrong.items())[:3])}"
         )
@@ -451,7 +461,7 @@ def one_in_flight(session: Session, count: int, max_seconds: float) -> Measureme
                 break
             more = sock.recv_into(view[got:], need - got)
             if not more:
-                raise loopback.PeerError("peer closed the connection")
+                raise PeerError("peer closed the connection")
             got += more
         t1 = clock()
         latencies.append(t1 - t0)
@@ -480,7 +490,7 @@ def _read_slowly(
     while len(frame) < size:
         chunk = sock.recv(size - len(frame))
         if not chunk:
-            raise loopback.PeerError("peer closed the connection")
+            raise PeerError("peer closed the connection")
         frame += chunk
     _check_slowly(frame, expected_id, errors)
 
@@ -506,7 +516,7 @@ def pipelined(session: Session, count: int, max_seconds: float, window: int) -> 
     while received < sent:
         data = sock.recv(1 << 20)
         if not data:
-            raise loopback.PeerError("peer closed the connection")
+            raise PeerError("peer closed the connection")
         if pending:
             data = pending + data
         got, used = walk_answers(data, received, n, expected, errors)
@@ -575,7 +585,7 @@ def measure(rounds: int = ROUNDS, window: int = WINDOW) -> dict[str, Any]:
     """Start the peers, measure both modes `rounds` times, stop the peers: the figures."""
     if window > RING:
         raise ValueError(f"window {window} over the ring of {RING} requests")
-    client_core, server_core = loopback.cores()
+    client_core, server_core = cores()
     load_before = _load()
     sessions: dict[str, Session] = {}
     samples: dict[str, dict[str, list[Measurement]]] = {
@@ -599,7 +609,7 @@ def measure(rounds: int = ROUNDS, window: int = WINDOW) -> dict[str, Any]:
         failed = [e for f in opening.values() if (e := f.exception()) is not None]
         if failed:
             raise failed[0]
-        with loopback.pinned(client_core):
+        with pinned(client_core):
             for name in PEERS:  # warm-up, not counted
                 pipelined(sessions[name], PIPELINED_COUNT, WARMUP_SECONDS, window)
             for r in range(rounds):
@@ -622,7 +632,7 @@ def measure(rounds: int = ROUNDS, window: int = WINDOW) -> dict[str, Any]:
             s.client.close()
             s.peer.terminate()  # all at once: each takes a moment to shut down
         for s in sessions.values():
-            loopback.stop(s.peer)
+            s.peer.stop()
 
     figures["load_after"] = _load()
     for name in PEERS:
@@ -647,7 +657,7 @@ def measure(rounds: int = ROUNDS, window: int = WINDOW) -> dict[str, Any]:
         }
     failing = {LABELS[n]: figures[n]["errors"] for n in PEERS if figures[n]["errors"]}
     if failing:
-        raise loopback.PeerError(
+        raise PeerError(
             f"commits answered with errors (error code: partitions): {failing}; "
             "timing error answers proves nothing"
         )
@@ -815,27 +825,27 @@ def report(figures: dict[str, Any]) -> str:
 def load(seconds: float, policy: str, window: int = WINDOW) -> None:
     """Pipelined commits against `fastcoord serve --fsync policy` for `seconds` (window 1:
     one in flight), printing the server's PID first, for a profiler to watch."""
-    client_core, server_core = loopback.cores()
+    client_core, server_core = cores()
     session = _open(f"fsync-{policy}", server_core)
     try:
         print(f"fastcoord serve pid {session.peer.pid} (--fsync {policy})", flush=True)
         done = 0
         started = time.monotonic()
-        with loopback.pinned(client_core):
+        with pinned(client_core):
             while time.monotonic() - started < seconds:
                 if window <= 1:
                     m = one_in_flight(session, 10**9, 1.0)
                 else:
                     m = pipelined(session, 10**9, 1.0, window)
                 if m.errors:
-                    raise loopback.PeerError(f"commits answered with errors: {m.errors}")
+                    raise PeerError(f"commits answered with errors: {m.errors}")
                 done += m.offsets
         elapsed = time.monotonic() - started
         check_committed(session)
         print(f"{done:,} offsets committed in {elapsed:.1f} s: {done / elapsed:,.0f}/s")
     finally:
         session.client.close()
-        loopback.stop(session.peer)
+        session.peer.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,9 +5,10 @@ The aims, for one member on one connection with the server on one core:
 - one request in flight: p50 round trip within 1.5x the mock's.
 
 Both peers run in the same run, as subprocesses pinned to the same core (the client to
-another), and are measured by the same plain-Python client (benches/loopback.py): a
-member joins (FindCoordinator, JoinGroup twice for MEMBER_ID_REQUIRED, SyncGroup as leader),
-then sends Heartbeat v3. Every answer is checked (size, correlation id in order) and its
+another; fastcoord.testing starts and stops them), and are measured by the same
+plain-Python client (fastcoord.client.blocking, benches/loopback.py): a member joins
+(FindCoordinator, JoinGroup twice for MEMBER_ID_REQUIRED, SyncGroup as leader), then sends
+Heartbeat v3. Every answer is checked (size, correlation id in order) and its
 error code counted; an error answer from fastcoord fails the benchmark.
 
 A third process, the reference responder, answers each heartbeat without doing anything: the
@@ -42,6 +43,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from fastcoord import testing
+from fastcoord.client.blocking import Connection, Member, PeerError
+from fastcoord.testing import ServerProcess
+from fastcoord.testing_cpu import cores, pinned
+
 from . import loopback
 from .common import SMOKE, scaled
 
@@ -62,23 +68,20 @@ LABELS = {
     "mock": "librdkafka mock",
     "responder": "reference responder (client ceiling)",
 }
-STARTERS = {
-    "fastcoord": loopback.start_fastcoord,
-    "mock": loopback.start_mock,
-    "responder": loopback.start_responder,
-}
 AIM_PIPELINED_RATE = 500_000
 AIM_PIPELINED_OVER_MOCK = 5.0
 AIM_P50_OVER_MOCK = 1.5
 
 
-def _start(name: str, core: int | None) -> loopback.Peer:
-    return loopback.running(STARTERS[name](core))
+def _start(name: str, core: int | None) -> ServerProcess:
+    if name == "mock":
+        return testing.start_mock(core)
+    if name == "responder":
+        return testing.start_responder(core)
+    return testing.start_fastcoord(None, *loopback.SERVE_ARGS, core=core, wait_loaded=False)
 
 
-Session = tuple[
-    loopback.Peer, loopback.KafkaClient, loopback.Member, loopback.HeartbeatRing, int | None
-]
+Session = tuple[ServerProcess, Connection, Member, loopback.HeartbeatRing, int | None]
 
 
 def _open(name: str, core: int | None) -> Session:
@@ -86,14 +89,14 @@ def _open(name: str, core: int | None) -> Session:
     peer = _start(name, core)
     try:
         if name == "responder":
-            client = loopback.KafkaClient(peer.host, peer.port)
+            client = peer.connect()
             member = loopback.responder_member()
             stale = None
         else:
             client, member = loopback.join_group(peer.host, peer.port, GROUP_ID)
             stale = loopback.wrong_generation_answer(client, member)
     except BaseException:
-        loopback.stop(peer)
+        peer.stop()
         raise
     return peer, client, member, loopback.HeartbeatRing(member), stale
 
@@ -104,7 +107,7 @@ def _float(value: float | None) -> float:
 
 def measure(rounds: int = ROUNDS) -> dict[str, Any]:
     """Start the peers, measure both modes `rounds` times, stop the peers: the figures."""
-    client_core, server_core = loopback.cores()
+    client_core, server_core = cores()
     sessions: dict[str, Session] = {}
     samples: dict[str, dict[str, list[Any]]] = {
         name: {"one": [], "pipelined": []} for name in PEERS
@@ -117,7 +120,7 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
         failed = [e for f in opening.values() if (e := f.exception()) is not None]
         if failed:
             raise failed[0]
-        with loopback.pinned(client_core):
+        with pinned(client_core):
             for name in PEERS:  # warm-up, not counted
                 _, client, _, ring, _ = sessions[name]
                 loopback.pipelined(client, ring, PIPELINED_COUNT, WARMUP_SECONDS, WINDOW)
@@ -150,7 +153,7 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
             client.close()
             peer.terminate()  # all at once: each takes a moment to shut down
         for peer, _, _, _, _ in sessions.values():
-            loopback.stop(peer)
+            peer.stop()
 
     figures: dict[str, Any] = {
         "rounds": rounds,
@@ -186,13 +189,13 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
         }
     for name in ("fastcoord", "mock"):
         if figures[name]["stale_generation_error"] != 22:
-            raise loopback.PeerError(
+            raise PeerError(
                 f"{name} answered a stale-generation heartbeat with "
                 f"{figures[name]['stale_generation_error']}, not 22 (ILLEGAL_GENERATION): "
                 "it does not check heartbeats, and its answers of 0 prove nothing"
             )
     if figures["fastcoord"]["errors"]:
-        raise loopback.PeerError(
+        raise PeerError(
             f"fastcoord answered heartbeats with errors {figures['fastcoord']['errors']}: "
             "timing error answers proves nothing"
         )
@@ -359,7 +362,7 @@ def report(figures: dict[str, Any]) -> str:
 def load(seconds: float, one: bool = False) -> None:
     """Heartbeats against fastcoord for `seconds` (pipelined, or one in flight), for a
     profiler to watch."""
-    client_core, server_core = loopback.cores()
+    client_core, server_core = cores()
     peer = _start("fastcoord", server_core)
     client = None
     try:
@@ -368,7 +371,7 @@ def load(seconds: float, one: bool = False) -> None:
         print(f"fastcoord serve pid {peer.pid} on {peer.host}:{peer.port}", flush=True)
         done, errors = 0, 0
         started = time.monotonic()
-        with loopback.pinned(client_core):
+        with pinned(client_core):
             while time.monotonic() - started < seconds:
                 if one:
                     m = loopback.one_in_flight(client, ring, 10**9, 1.0)
@@ -381,7 +384,7 @@ def load(seconds: float, one: bool = False) -> None:
     finally:
         if client is not None:
             client.close()
-        loopback.stop(peer)
+        peer.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

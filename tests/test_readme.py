@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.interop.server import RunningServer, fastcoord_server
+from fastcoord.testing import ServerProcess, fastcoord_server
 
 README = Path(__file__).parent.parent / "README.md"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -23,12 +23,12 @@ def quickstart_examples() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with fastcoord_server(tmp_path_factory.mktemp("readme")) as running:
         yield running
 
 
-def run_example(server: RunningServer, code: str) -> str:
+def run_example(server: ServerProcess, code: str) -> str:
     assert DEFAULT_BOOTSTRAP in code
     result = subprocess.run(
         [sys.executable, "-c", code.replace(DEFAULT_BOOTSTRAP, server.bootstrap)],
@@ -44,7 +44,7 @@ def test_the_quickstart_has_its_four_examples() -> None:
     assert len(quickstart_examples()) == 4
 
 
-def test_the_quickstart_examples_run_in_order(server: RunningServer) -> None:
+def test_the_quickstart_examples_run_in_order(server: ServerProcess) -> None:
     kafka_python, confluent, kafka_python_admin, confluent_admin = quickstart_examples()
     assert run_example(server, kafka_python).strip() == (
         "{TopicPartition(topic='orders', partition=0)}"

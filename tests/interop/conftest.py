@@ -1,4 +1,5 @@
-"""Raw-frame clients (test_raw_frames.Client) that a test left open are closed after it."""
+"""Blocking connections (fastcoord.client.blocking) that a test left open are closed after
+it, not by the garbage collector at some later test."""
 
 from __future__ import annotations
 
@@ -6,11 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.interop.test_raw_frames import OPEN
+from fastcoord.client import blocking
 
 
 @pytest.fixture(autouse=True)
-def close_clients() -> Iterator[None]:
+def close_connections() -> Iterator[None]:
     yield
-    while OPEN:
-        OPEN.pop().close()
+    blocking.close_all()

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-from tests.interop.server import RunningServer, fastcoord_server
+from fastcoord.testing import ServerProcess, fastcoord_server
 
 TOPIC = "events"
 PARTITIONS = 12
@@ -17,7 +17,7 @@ ALL = frozenset(range(PARTITIONS))
 
 
 @contextmanager
-def group_server(tmp_path: Path, *args: str) -> Iterator[RunningServer]:
+def group_server(tmp_path: Path, *args: str) -> Iterator[ServerProcess]:
     """A server with TOPIC declared and no initial rebalance delay (later flags win)."""
     with fastcoord_server(
         tmp_path,

@@ -9,8 +9,8 @@ from typing import Any
 
 from kafka import KafkaConsumer
 
+from fastcoord.testing import ServerProcess
 from tests.interop.groups import PARTITIONS, TOPIC
-from tests.interop.server import RunningServer
 
 
 class Member:
@@ -18,7 +18,7 @@ class Member:
 
     def __init__(
         self,
-        server: RunningServer,
+        server: ServerProcess,
         name: str,
         group: str = "g",
         session_timeout_ms: int = 10_000,

@@ -33,9 +33,9 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata, TopicPartition
 
 from fastcoord.protocol.errors import ErrorCode
+from fastcoord.testing import ServerProcess, fastcoord_server
 from tests.interop import groups
 from tests.interop.groups import PARTITIONS, TOPIC  # the live group subscribes to TOPIC
-from tests.interop.server import RunningServer, fastcoord_server
 
 OTHER = "audit"  # a topic the live group commits to but does not subscribe to
 OTHER_PARTITIONS = 4
@@ -45,7 +45,7 @@ TIMEOUT_S = 10  # each admin call, and each wait for a group to settle
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RunningServer]:
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
     with fastcoord_server(
         tmp_path,
         "--group-initial-rebalance-delay-ms",
@@ -102,7 +102,7 @@ class Member:
 
 
 class KafkaPythonMember(Member):
-    def __init__(self, server: RunningServer, group: str, name: str) -> None:
+    def __init__(self, server: ServerProcess, group: str, name: str) -> None:
         self.consumer = KafkaConsumer(
             bootstrap_servers=server.bootstrap,
             group_id=group,
@@ -136,7 +136,7 @@ class KafkaPythonMember(Member):
 
 
 class ConfluentMember(Member):
-    def __init__(self, server: RunningServer, group: str, name: str) -> None:
+    def __init__(self, server: ServerProcess, group: str, name: str) -> None:
         self.consumer = confluent_kafka.Consumer(
             {
                 "bootstrap.servers": server.bootstrap,
@@ -216,7 +216,7 @@ def make_groups(make: Callable[[str, str], Any]) -> Groups:
 
 
 @pytest.fixture
-def kafka_python_groups(server: RunningServer) -> Iterator[Groups]:
+def kafka_python_groups(server: ServerProcess) -> Iterator[Groups]:
     groups = make_groups(lambda group, name: KafkaPythonMember(server, group, name))
     try:
         yield groups
@@ -225,7 +225,7 @@ def kafka_python_groups(server: RunningServer) -> Iterator[Groups]:
 
 
 @pytest.fixture
-def kafka_python_admin(server: RunningServer) -> Iterator[KafkaAdminClient]:
+def kafka_python_admin(server: ServerProcess) -> Iterator[KafkaAdminClient]:
     admin = KafkaAdminClient(
         bootstrap_servers=server.bootstrap, client_id="admin", request_timeout_ms=TIMEOUT_S * 1000
     )
@@ -346,7 +346,7 @@ def test_kafka_python_admin_deletes_only_empty_groups(
 
 
 @pytest.fixture
-def confluent_groups(server: RunningServer) -> Iterator[Groups]:
+def confluent_groups(server: ServerProcess) -> Iterator[Groups]:
     groups = make_groups(lambda group, name: ConfluentMember(server, group, name))
     try:
         yield groups
@@ -355,7 +355,7 @@ def confluent_groups(server: RunningServer) -> Iterator[Groups]:
 
 
 @pytest.fixture
-def confluent_admin(server: RunningServer) -> Iterator[AdminClient]:
+def confluent_admin(server: ServerProcess) -> Iterator[AdminClient]:
     admin = AdminClient({"bootstrap.servers": server.bootstrap, "client.id": "admin"})
     yield admin
     del admin  # AdminClient has no close(); its handle goes with the last reference

@@ -14,15 +14,15 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
+from fastcoord.testing import ServerProcess
 from tests.interop.groups import PARTITIONS, TOPIC, group_server, settled
-from tests.interop.server import RunningServer
 from tests.interop.victim_proc import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, Victim
 
 TEST_DEADLINE_S = 30
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RunningServer]:
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
     with group_server(tmp_path) as running:
         yield running
 
@@ -35,7 +35,7 @@ def run(scenario: Coroutine[Any, Any, None]) -> None:
 class Member:
     """An aiokafka consumer with its own fetch loop, as an application would run it."""
 
-    def __init__(self, server: RunningServer, name: str, group: str = "g") -> None:
+    def __init__(self, server: ServerProcess, name: str, group: str = "g") -> None:
         self.consumer = AIOKafkaConsumer(
             TOPIC,
             bootstrap_servers=server.bootstrap,
@@ -78,7 +78,7 @@ async def settle(owners: list[Any], timeout_s: float = 20) -> list[set[int]]:
     return owned
 
 
-def test_a_group_forms_grows_shrinks_and_keeps_its_offsets(server: RunningServer) -> None:
+def test_a_group_forms_grows_shrinks_and_keeps_its_offsets(server: ServerProcess) -> None:
     async def scenario() -> None:
         group: list[Member] = []
         try:
@@ -129,7 +129,7 @@ def test_a_group_forms_grows_shrinks_and_keeps_its_offsets(server: RunningServer
     assert "rebalance completed" in log and "member left c0-" in log
 
 
-def test_a_killed_member_is_replaced_after_its_session_timeout(server: RunningServer) -> None:
+def test_a_killed_member_is_replaced_after_its_session_timeout(server: ServerProcess) -> None:
     async def scenario() -> None:
         survivors: list[Member] = []
         victim = Victim("aiokafka", server.bootstrap, "g", TOPIC, "victim")

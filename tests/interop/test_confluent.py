@@ -23,14 +23,14 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from fastcoord.testing import ServerProcess
 from tests.interop.groups import PARTITIONS, TOPIC, covers_once, group_server
-from tests.interop.server import RunningServer
 
 CONSUMER_PROC = Path(__file__).with_name("confluent_proc.py")
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RunningServer]:
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
     with group_server(tmp_path) as running:
         yield running
 
@@ -52,7 +52,7 @@ class Member:
 
     def __init__(
         self,
-        server: RunningServer,
+        server: ServerProcess,
         name: str,
         group: str = "g",
         session_timeout_ms: int = 6000,
@@ -143,7 +143,7 @@ class Member:
 class ProcMember:
     """A consumer in its own OS process (confluent_proc.py), followed through its stdout."""
 
-    def __init__(self, server: RunningServer, name: str, group: str = "g") -> None:
+    def __init__(self, server: ServerProcess, name: str, group: str = "g") -> None:
         self.name = name
         self.owned: frozenset[int] = frozenset()
         self.lines: list[str] = []
@@ -218,7 +218,7 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
         time.sleep(0.02)
 
 
-def rebalances(server: RunningServer, group: str = "g") -> tuple[int, int]:
+def rebalances(server: ServerProcess, group: str = "g") -> tuple[int, int]:
     """How many rebalances of the group the server log shows started and completed."""
     log = server.log()
     started = len(re.findall(rf"group {group}: rebalance started", log))
@@ -232,13 +232,13 @@ def assert_no_errors(members: Sequence[Member]) -> None:
     assert not errors, errors
 
 
-def describe(server: RunningServer, group: str = "g") -> Any:
+def describe(server: ServerProcess, group: str = "g") -> Any:
     """The group as DescribeGroups shows it, through librdkafka's admin client."""
     admin = AdminClient({"bootstrap.servers": server.bootstrap})
     return admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=10)
 
 
-def test_a_group_forms_grows_shrinks_and_keeps_its_offsets(server: RunningServer) -> None:
+def test_a_group_forms_grows_shrinks_and_keeps_its_offsets(server: ServerProcess) -> None:
     everyone: list[Member] = []
 
     def join(name: str) -> Member:
@@ -293,7 +293,7 @@ def test_a_group_forms_grows_shrinks_and_keeps_its_offsets(server: RunningServer
 
 
 def test_a_killed_member_is_expired_and_the_survivors_take_its_partitions(
-    server: RunningServer,
+    server: ServerProcess,
 ) -> None:
     session_timeout_s = 6.0
     members: list[Member] = []
@@ -330,7 +330,7 @@ def test_a_killed_member_is_expired_and_the_survivors_take_its_partitions(
     assert survivor.process.returncode == 0, survivor.lines
 
 
-def test_a_static_member_restarts_without_a_rebalance(server: RunningServer) -> None:
+def test_a_static_member_restarts_without_a_rebalance(server: ServerProcess) -> None:
     def static(name: str) -> Member:
         return Member(server, name, session_timeout_ms=30_000, **{"group.instance.id": name})
 
@@ -376,7 +376,7 @@ def test_a_static_member_restarts_without_a_rebalance(server: RunningServer) -> 
     assert_no_errors([*members.values(), old_c])
 
 
-def test_cooperative_sticky_grows_by_an_incremental_rebalance(server: RunningServer) -> None:
+def test_cooperative_sticky_grows_by_an_incremental_rebalance(server: ServerProcess) -> None:
     def cooperative(name: str) -> Member:
         return Member(server, name, **{"partition.assignment.strategy": "cooperative-sticky"})
 

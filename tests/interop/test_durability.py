@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fastcoord.client.blocking import Connection
 from fastcoord.core.partition import partition_for
 from fastcoord.core.records import (
     GroupMetadataKey,
@@ -33,13 +34,13 @@ from fastcoord.protocol.messages import (
 )
 from fastcoord.storage import segment
 from fastcoord.storage.log import PartitionLog, directory
-from tests.interop.server import RunningServer, fastcoord_server, refused_start
-from tests.interop.test_raw_frames import Client, heartbeat_ok, member
+from fastcoord.testing import ServerProcess, fastcoord_server, refused_start
+from tests.interop.test_raw_frames import heartbeat_ok, member
 
 PARTITIONS = 4
 
 
-def commit(c: Client, group: str, offset: int) -> int:
+def commit(c: Connection, group: str, offset: int) -> int:
     """Commit `offset` on every partition of topic t, as a simple (memberless) commit;
     retried while the server is still loading, as clients do."""
     deadline = time.monotonic() + 15
@@ -49,7 +50,7 @@ def commit(c: Client, group: str, offset: int) -> int:
     return code
 
 
-def _commit_once(c: Client, group: str, offset: int) -> int:
+def _commit_once(c: Connection, group: str, offset: int) -> int:
     c.send(
         OffsetCommitRequest(
             group_id=group,
@@ -71,7 +72,7 @@ def _commit_once(c: Client, group: str, offset: int) -> int:
     return codes.pop()
 
 
-def committed(c: Client, group: str) -> dict[int, int]:
+def committed(c: Connection, group: str) -> dict[int, int]:
     deadline = time.monotonic() + 15
     while True:
         c.send(
@@ -88,10 +89,10 @@ def committed(c: Client, group: str) -> dict[int, int]:
 
 
 def committer(
-    server: RunningServer, group: str, start: int, acked: dict[str, int], stop: threading.Event
+    server: ServerProcess, group: str, start: int, acked: dict[str, int], stop: threading.Event
 ) -> None:
     """Commit start + 1, start + 2, ... until stopped; `acked` gets the last acknowledged."""
-    c = Client(server)
+    c = server.connect()
     offset = start
     try:
         while not stop.is_set():
@@ -102,7 +103,7 @@ def committer(
     except (ConnectionError, OSError):
         pass  # killed mid-request: that commit was never acknowledged
     finally:
-        c.sock.close()
+        c.close()
 
 
 # Small segments and a cleaner that looks every 20 ms: kills land during compaction passes.
@@ -146,9 +147,9 @@ def kill_during_commits(
         # Not waiting for the load: the committers start at once and retry
         # COORDINATOR_LOAD_IN_PROGRESS, as clients of a restarted coordinator do.
         with fastcoord_server(tmp_path, "--fsync", fsync, *extra, wait_loaded=False) as server:
-            reader = Client(server)
+            reader = server.connect()
             before = {g: committed(reader, g).get(0, -1) for g in groups}
-            reader.sock.close()
+            reader.close()
             for g in groups:  # what the last round acknowledged is still there
                 assert before[g] >= (history[-1].get(g, -1) if history else -1)
             stop = threading.Event()
@@ -174,7 +175,7 @@ def kill_during_commits(
         assert acked, "no commit was acknowledged before the kill"
         history.append({g: max(acked.get(g, -1), before[g]) for g in groups})
     with fastcoord_server(tmp_path, "--fsync", fsync, *extra) as server:
-        c = Client(server)
+        c = server.connect()
         for g in groups:
             offsets = committed(c, g)
             assert set(offsets) == set(range(PARTITIONS))
@@ -194,10 +195,10 @@ def test_a_second_server_on_the_same_data_dir_refuses_to_start(tmp_path: Path) -
 
 def test_a_damaged_log_is_refused_until_the_operator_truncates(tmp_path: Path) -> None:
     with fastcoord_server(tmp_path) as server:
-        c = Client(server)
+        c = server.connect()
         for offset in range(1, 6):
             assert commit(c, "g", offset) == 0
-        c.sock.close()
+        c.close()
     [file] = sorted(directory(tmp_path / "data", 0).parent.glob("__consumer_offsets-*/*.log"))
     data = bytearray(file.read_bytes())
     data[len(data) // 2] ^= 0xFF  # in the middle: not a torn tail
@@ -206,20 +207,20 @@ def test_a_damaged_log_is_refused_until_the_operator_truncates(tmp_path: Path) -
     assert refused.returncode == 2
     assert str(file) in refused.stderr and "damaged record at byte" in refused.stderr
     with fastcoord_server(tmp_path, "--log-truncate-damaged", "true") as server:
-        kept = committed(Client(server), "g")
+        kept = committed(server.connect(), "g")
         assert 1 <= kept[0] < 5  # the commits before the damage, none after
     assert "truncating the log there, as asked" in server.log()
 
 
 def test_deleted_groups_stay_deleted_after_a_restart(tmp_path: Path) -> None:
     with fastcoord_server(tmp_path) as server:
-        c = Client(server)
+        c = server.connect()
         assert commit(c, "gone", 7) == 0 and commit(c, "kept", 8) == 0
         c.send(DeleteGroupsRequest(groups_names=["gone"]), 2)
         [result] = c.receive(ApiKey.DELETE_GROUPS, 2).results
         assert result.error_code == 0
     with fastcoord_server(tmp_path) as server:  # the tombstones were replayed
-        c = Client(server)
+        c = server.connect()
         assert committed(c, "gone") == dict.fromkeys(range(PARTITIONS), -1)
         assert committed(c, "kept") == dict.fromkeys(range(PARTITIONS), 8)
 
@@ -238,7 +239,7 @@ def test_a_full_disk_refuses_commits_and_heartbeats_go_on(tmp_path: Path) -> Non
         preexec_fn=_limit_file_size,
     ) as server:
         good, member_id = member(server)
-        c = Client(server)
+        c = server.connect()
         codes = [commit(c, "g2", offset) for offset in range(1, 60)]
         assert codes[0] == 0
         assert ErrorCode.COORDINATOR_NOT_AVAILABLE in codes  # never acknowledged
@@ -281,7 +282,7 @@ def test_expired_offsets_stay_expired_after_a_restart(tmp_path: Path) -> None:
         log.sync()
         log.close()
     with fastcoord_server(tmp_path, "--offsets-retention-check-interval-ms", "100") as server:
-        c = Client(server)
+        c = server.connect()
         deadline = time.monotonic() + 10
         while committed(c, "old-consumers")[0] != -1 or committed(c, "old-standalone")[0] != -1:
             assert time.monotonic() < deadline, "old offsets did not expire"
@@ -290,7 +291,7 @@ def test_expired_offsets_stay_expired_after_a_restart(tmp_path: Path) -> None:
         server.process.send_signal(signal.SIGKILL)  # the tombstones were durable before
         server.process.wait(timeout=10)  # the offsets went from memory
     with fastcoord_server(tmp_path) as server:  # retention checked only in ten minutes
-        c = Client(server)
+        c = server.connect()
         assert committed(c, "old-consumers") == dict.fromkeys(range(PARTITIONS), -1)
         assert committed(c, "old-standalone") == dict.fromkeys(range(PARTITIONS), -1)
         assert committed(c, "fresh") == dict.fromkeys(range(PARTITIONS), 30)

@@ -15,9 +15,8 @@ from pathlib import Path
 
 from fastcoord.server import event_log
 from fastcoord.server.event_files import parse, replaced_by, scan
-from tests.interop.server import RunningServer, fastcoord_server
+from fastcoord.testing import ServerProcess, fastcoord_server
 from tests.interop.test_durability import commit
-from tests.interop.test_raw_frames import Client
 
 
 def small_rolls(roll_ms: int) -> tuple[str, ...]:
@@ -33,8 +32,8 @@ def small_rolls(roll_ms: int) -> tuple[str, ...]:
     )
 
 
-def committer(server: RunningServer, prefix: str, acked: list[str], stop: threading.Event) -> None:
-    c = Client(server)
+def committer(server: ServerProcess, prefix: str, acked: list[str], stop: threading.Event) -> None:
+    c = server.connect()
     i = 0
     try:
         while not stop.is_set():
@@ -45,7 +44,7 @@ def committer(server: RunningServer, prefix: str, acked: list[str], stop: thread
     except (ConnectionError, OSError):
         pass  # killed mid-request
     finally:
-        c.sock.close()
+        c.close()
 
 
 def committed_groups(events_dir: Path) -> list[str]:

@@ -12,8 +12,7 @@ from fastcoord.protocol.messages import (
     JoinGroupRequest,
     JoinGroupRequestProtocol,
 )
-from tests.interop.server import fastcoord_server
-from tests.interop.test_raw_frames import Client
+from fastcoord.testing import fastcoord_server
 
 
 def test_idle_connections_close_and_busy_or_waiting_ones_do_not(tmp_path: Path) -> None:
@@ -24,7 +23,7 @@ def test_idle_connections_close_and_busy_or_waiting_ones_do_not(tmp_path: Path) 
         "--group-initial-rebalance-delay-ms",
         "2500",  # a first JoinGroup waits longer than the idle limit
     ) as server:
-        silent, busy, waiting = Client(server), Client(server), Client(server)
+        silent, busy, waiting = server.connect(), server.connect(), server.connect()
         try:
             waiting.send(
                 JoinGroupRequest(
@@ -50,5 +49,5 @@ def test_idle_connections_close_and_busy_or_waiting_ones_do_not(tmp_path: Path) 
             assert busy.receive(ApiKey.API_VERSIONS, 0).error_code == 0
         finally:
             for c in (silent, busy, waiting):
-                c.sock.close()
+                c.close()
         assert "closing idle connection" in server.log()

@@ -11,18 +11,18 @@ import pytest
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
 from fastcoord.server import event_log
+from fastcoord.testing import ServerProcess
 from tests.interop.groups import TOPIC, group_server, settle
 from tests.interop.kafka_python_member import Member
-from tests.interop.server import RunningServer
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RunningServer]:
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
     with group_server(tmp_path) as running:
         yield running
 
 
-def test_a_group_forms_grows_shrinks_and_keeps_its_offsets(server: RunningServer) -> None:
+def test_a_group_forms_grows_shrinks_and_keeps_its_offsets(server: ServerProcess) -> None:
     group = [Member(server, f"c{i}") for i in range(3)]
     try:
         owned = settle(group)

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 
+from fastcoord.testing import ServerProcess
 from tests.interop.groups import TOPIC, group_server, settle
 from tests.interop.kafka_python_member import Member
-from tests.interop.server import RunningServer
 from tests.interop.victim_proc import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, Victim
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RunningServer]:
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
     with group_server(tmp_path) as running:
         yield running
 
 
-def test_a_killed_member_is_replaced_after_its_session_timeout(server: RunningServer) -> None:
+def test_a_killed_member_is_replaced_after_its_session_timeout(server: ServerProcess) -> None:
     survivors: list[Member] = []
     victim = Victim("kafka-python", server.bootstrap, "g", TOPIC, "victim")
     try:

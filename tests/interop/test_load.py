@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from fastcoord.client.blocking import Connection
 from fastcoord.core.partition import partition_for
 from fastcoord.core.records import OffsetCommitKey, OffsetCommitValue, Record
 from fastcoord.protocol.api_keys import ApiKey
@@ -19,8 +20,7 @@ from fastcoord.protocol.messages import (
 from fastcoord.server.load_progress import MIN_BYTES
 from fastcoord.storage import segment
 from fastcoord.storage.log import PartitionLog, directory
-from tests.interop.server import fastcoord_server
-from tests.interop.test_raw_frames import Client
+from fastcoord.testing import fastcoord_server
 
 GROUP = "big-fleet"
 TOPIC_PARTITIONS = 2_000
@@ -49,7 +49,7 @@ def write_large_log(data_dir: Path) -> int:
     return i
 
 
-def fetch(c: Client, partitions: list[int]) -> tuple[int, dict[int, int]]:
+def fetch(c: Connection, partitions: list[int]) -> tuple[int, dict[int, int]]:
     c.send(OffsetFetchRequest(group_id=GROUP, topics=[OffsetFetchRequestTopic("t", partitions)]), 3)
     response = c.receive(ApiKey.OFFSET_FETCH, 3)
     offsets = {p.partition_index: p.committed_offset for t in response.topics for p in t.partitions}
@@ -59,7 +59,7 @@ def fetch(c: Client, partitions: list[int]) -> tuple[int, dict[int, int]]:
 def test_a_large_log_loads_behind_a_progress_line(tmp_path: Path) -> None:
     count = write_large_log(tmp_path / "data")
     with fastcoord_server(tmp_path, wait_loaded=False) as server:
-        c = Client(server)
+        c = server.connect()
         first, _ = fetch(c, [0])
         c.send(ApiVersionsRequest(), 3)  # the server answers other requests meanwhile
         assert c.receive(ApiKey.API_VERSIONS, 3).error_code == 0

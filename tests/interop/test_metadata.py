@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, KafkaError
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer
 
-from tests.interop.server import RunningServer, fastcoord_server
+from fastcoord.testing import ServerProcess, fastcoord_server
 
 DECLARED = {"orders-a": 3, "orders-b": 2, "payments": 4}
 NUM_PARTITIONS = 3  # of a topic created on request
@@ -34,7 +34,7 @@ Owned = frozenset[tuple[str, int]]
 
 
 @contextmanager
-def metadata_server(tmp_path: Path, *args: str) -> Iterator[RunningServer]:
+def metadata_server(tmp_path: Path, *args: str) -> Iterator[ServerProcess]:
     topics = [arg for name, count in DECLARED.items() for arg in ("--topic", f"{name}:{count}")]
     with fastcoord_server(
         tmp_path,
@@ -56,7 +56,7 @@ class Member:
     """A consumer of either client in a poll loop of its own thread, as an application
     would run it: created, polled and closed in that thread. `owned` is its assignment."""
 
-    def __init__(self, client: str, server: RunningServer, group: str, topics: list[str]) -> None:
+    def __init__(self, client: str, server: ServerProcess, group: str, topics: list[str]) -> None:
         self.client = client
         self.server = server
         self.group = group
@@ -136,7 +136,7 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30) 
     return time.monotonic() - start
 
 
-def topic_metadata(server: RunningServer, topic: str) -> tuple[int | None, int]:
+def topic_metadata(server: ServerProcess, topic: str) -> tuple[int | None, int]:
     """A consumer's view of one topic: its error code (None: no error) and partition count.
 
     librdkafka's consumer asks with allow_auto_topic_creation false, so this creates

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import struct
 import time
 from collections.abc import Iterator
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fastcoord.client.blocking import Connection, join_group
 from fastcoord.protocol import framing
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode
@@ -19,108 +19,40 @@ from fastcoord.protocol.messages import (
     ApiVersionsResponse,
     HeartbeatRequest,
     HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupRequestProtocol,
     MetadataResponse,
-    SyncGroupRequest,
-    SyncGroupRequestAssignment,
 )
 from fastcoord.protocol.schema import Request
-from tests.interop.server import RunningServer, fastcoord_server
+from fastcoord.testing import ServerProcess, fastcoord_server
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RunningServer]:
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
     with fastcoord_server(
         tmp_path, "--group-initial-rebalance-delay-ms", "0", "--socket-request-max-bytes", "65536"
     ) as running:
         yield running
 
 
-OPEN: list[socket.socket] = []
-
-
-class Client:
-    def __init__(self, server: RunningServer) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-        OPEN.append(self.sock)
-        self.correlation = 0
-
-    def send(self, request: Request, version: int) -> int:
-        self.correlation += 1
-        header = RequestHeader(request.API_KEY, version, self.correlation, "raw")
-        self.sock.sendall(framing.encode_request(header, request))
-        return self.correlation
-
-    def receive(self, api_key: int, version: int) -> object:
-        size = struct.unpack(">i", self._exactly(4))[0]
-        return framing.decode_response(api_key, version, self._exactly(size))[1]
-
-    def _exactly(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("closed by the server")
-            data += chunk
-        return data
-
-    def closed_by_server(self) -> bool:
-        self.sock.settimeout(5)
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-
-
-def member(server: RunningServer, group: str = "g") -> tuple[Client, str]:
-    """A member of a Stable group, joined and synced over raw frames."""
-    c = Client(server)
-    join = JoinGroupRequest(
-        group_id=group,
-        session_timeout_ms=10_000,
-        rebalance_timeout_ms=10_000,
-        member_id="m-raw",
-        protocol_type="consumer",
-        protocols=[JoinGroupRequestProtocol("range", b"")],
+def member(server: ServerProcess, group: str = "g") -> tuple[Connection, str]:
+    """A member of a Stable group (joined and synced as its leader): its connection to the
+    coordinator, and its member id."""
+    c, joined = join_group(
+        server.host, server.port, group, session_timeout_ms=10_000, rebalance_timeout_ms=10_000
     )
-    c.send(join, 3)  # v3: no MEMBER_ID_REQUIRED step; the coordinator names the member
-    joined = c.receive(ApiKey.JOIN_GROUP, 3)
-    deadline = time.monotonic() + 10
-    while joined.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-        assert time.monotonic() < deadline, "the offsets log did not load"
-        time.sleep(0.05)  # the server has just started: retry, as clients do
-        c.send(join, 3)
-        joined = c.receive(ApiKey.JOIN_GROUP, 3)
-    if joined.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
-        join.member_id = ""
-        c.send(join, 3)
-        joined = c.receive(ApiKey.JOIN_GROUP, 3)
-    assert joined.error_code == 0, joined
-    c.send(
-        SyncGroupRequest(
-            group_id=group,
-            generation_id=joined.generation_id,
-            member_id=joined.member_id,
-            assignments=[SyncGroupRequestAssignment(joined.member_id, b"a")],
-        ),
-        3,
-    )
-    assert c.receive(ApiKey.SYNC_GROUP, 3).error_code == 0
     return c, joined.member_id
 
 
-def heartbeat_ok(c: Client, member_id: str) -> bool:
+def heartbeat_ok(c: Connection, member_id: str) -> bool:
     c.send(HeartbeatRequest("g", 1, member_id, None), 3)
     response = c.receive(ApiKey.HEARTBEAT, 3)
     assert isinstance(response, HeartbeatResponse)
     return response.error_code == 0
 
 
-def test_unsupported_api_versions_gets_the_v0_reply(server: RunningServer) -> None:
-    c = Client(server)
+def test_unsupported_api_versions_gets_the_v0_reply(server: ServerProcess) -> None:
+    c = server.connect()
     frame = struct.pack(">hhi", ApiKey.API_VERSIONS, 99, 7) + struct.pack(">h", 3) + b"raw\x00"
-    c.sock.sendall(struct.pack(">i", len(frame)) + frame)
+    c.sendall(struct.pack(">i", len(frame)) + frame)
     response = c.receive(ApiKey.API_VERSIONS, 0)
     assert isinstance(response, ApiVersionsResponse)
     assert response.error_code == ErrorCode.UNSUPPORTED_VERSION
@@ -140,12 +72,12 @@ def test_unsupported_api_versions_gets_the_v0_reply(server: RunningServer) -> No
     ],
     ids=["unknown-api-key", "oversized", "negative-size", "half-frame"],
 )
-def test_bad_frames_close_only_their_connection(server: RunningServer, bad: bytes) -> None:
+def test_bad_frames_close_only_their_connection(server: ServerProcess, bad: bytes) -> None:
     good, member_id = member(server)
-    c = Client(server)
-    c.sock.sendall(bad)
+    c = server.connect()
+    c.sendall(bad)
     if bad.startswith(struct.pack(">i", 12)):
-        c.sock.close()  # half a frame, then gone
+        c.close()  # half a frame, then gone
     else:
         assert c.closed_by_server()
     time.sleep(0.2)
@@ -154,7 +86,7 @@ def test_bad_frames_close_only_their_connection(server: RunningServer, bad: byte
 
 
 def test_pipelined_heartbeats_are_answered_in_order_whatever_path_they_take(
-    server: RunningServer,
+    server: ServerProcess,
 ) -> None:
     good, member_id = member(server)
     # Heartbeats the member table answers alone, mixed with ones the full path answers
@@ -185,16 +117,15 @@ def test_pipelined_heartbeats_are_answered_in_order_whatever_path_they_take(
         header = RequestHeader(request.API_KEY, version, good.correlation, "raw")
         batch += framing.encode_request(header, request)
         sent.append((good.correlation, request.API_KEY, expected))
-    good.sock.sendall(batch)
+    good.sendall(batch)
     for correlation, api_key, expected in sent:
-        size = struct.unpack(">i", good._exactly(4))[0]
         got_correlation, response = framing.decode_response(
-            api_key, 0 if api_key == ApiKey.API_VERSIONS else 3, good._exactly(size)
+            api_key, 0 if api_key == ApiKey.API_VERSIONS else 3, good.read_frame()
         )
         assert (got_correlation, response.error_code) == (correlation, expected)
 
 
-def test_a_client_that_does_not_read_is_not_read_either(server: RunningServer) -> None:
+def test_a_client_that_does_not_read_is_not_read_either(server: ServerProcess) -> None:
     """Answers a client does not take are not piled up without bound: the server stops
     reading that client, whose sends then block; everyone else carries on."""
     good, member_id = member(server)
@@ -237,7 +168,7 @@ LIBRDKAFKA_ALL_TOPICS = bytes.fromhex("0003000c00000003000772646b61666b6100") + 
 
 
 @pytest.fixture
-def debug_server(tmp_path: Path) -> Iterator[RunningServer]:
+def debug_server(tmp_path: Path) -> Iterator[ServerProcess]:
     with fastcoord_server(
         tmp_path,
         "--log-level",
@@ -252,18 +183,17 @@ def debug_server(tmp_path: Path) -> Iterator[RunningServer]:
         yield running
 
 
-def wait_for_log(server: RunningServer, text: str) -> None:
+def wait_for_log(server: ServerProcess, text: str) -> None:
     deadline = time.monotonic() + 10
     while text not in server.log():
         assert time.monotonic() < deadline, f"not logged: {text!r}\n{server.log()}"
         time.sleep(0.05)
 
 
-def test_librdkafkas_all_topics_metadata_request_is_answered(debug_server: RunningServer) -> None:
-    c = Client(debug_server)
-    c.sock.sendall(struct.pack(">i", len(LIBRDKAFKA_ALL_TOPICS)) + LIBRDKAFKA_ALL_TOPICS)
-    size = struct.unpack(">i", c._exactly(4))[0]
-    correlation_id, response = framing.decode_response(ApiKey.METADATA, 12, c._exactly(size))
+def test_librdkafkas_all_topics_metadata_request_is_answered(debug_server: ServerProcess) -> None:
+    c = debug_server.connect()
+    c.sendall(struct.pack(">i", len(LIBRDKAFKA_ALL_TOPICS)) + LIBRDKAFKA_ALL_TOPICS)
+    correlation_id, response = framing.decode_response(ApiKey.METADATA, 12, c.read_frame())
     assert correlation_id == 3
     assert isinstance(response, MetadataResponse)
     assert {t.name: len(t.partitions) for t in response.topics} == {"orders-a": 3, "payments": 4}
@@ -278,7 +208,7 @@ def test_librdkafkas_all_topics_metadata_request_is_answered(debug_server: Runni
     assert "closing connection" not in debug_server.log()
 
 
-def test_heartbeats_with_bytes_after_them_are_answered(debug_server: RunningServer) -> None:
+def test_heartbeats_with_bytes_after_them_are_answered(debug_server: ServerProcess) -> None:
     good, member_id = member(debug_server)
     batch = b""
     for i in range(20):  # back to back: the fast loop answers runs of them
@@ -287,7 +217,7 @@ def test_heartbeats_with_bytes_after_them_are_answered(debug_server: RunningServ
         inner = framing.encode_request(header, HeartbeatRequest("g", 1, member_id, None))[4:]
         extra = b"\0" * (1 + i % 3)
         batch += struct.pack(">i", len(inner) + len(extra)) + inner + extra
-    good.sock.sendall(batch)
+    good.sendall(batch)
     for i in range(20):
         response = good.receive(ApiKey.HEARTBEAT, 3)
         assert isinstance(response, HeartbeatResponse) and response.error_code == 0, (i, response)

@@ -17,8 +17,7 @@ from fastcoord.protocol.messages import (
     JoinGroupRequestProtocol,
 )
 from fastcoord.server import event_log
-from tests.interop.server import fastcoord_server
-from tests.interop.test_raw_frames import Client
+from fastcoord.testing import fastcoord_server
 
 
 def test_sigterm_answers_waiting_requests_flushes_events_and_exits_0(tmp_path: Path) -> None:
@@ -32,7 +31,7 @@ def test_sigterm_answers_waiting_requests_flushes_events_and_exits_0(tmp_path: P
         "--topic",
         "t:1",
     ) as server:
-        joiner, fetcher = Client(server), Client(server)
+        joiner, fetcher = server.connect(), server.connect()
         try:
             joiner.send(
                 JoinGroupRequest(
@@ -67,8 +66,8 @@ def test_sigterm_answers_waiting_requests_flushes_events_and_exits_0(tmp_path: P
             assert server.process.wait(timeout=10) == 0
             assert time.monotonic() - started < 5  # answered, not waited out
         finally:
-            joiner.sock.close()
-            fetcher.sock.close()
+            joiner.close()
+            fetcher.close()
 
     events = event_log.read(tmp_path / "data" / "events").to_pylist()
     assert [(e["kind"], e["group_id"]) for e in events] == [

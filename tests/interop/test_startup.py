@@ -20,9 +20,9 @@ import pytest
 from fastcoord.core.partition import partition_for
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.messages import ApiVersionsRequest
-from tests.interop.server import command, fastcoord_server
+from fastcoord.testing import fastcoord_server, serve_command
 from tests.interop.test_durability import commit, committed
-from tests.interop.test_raw_frames import Client, member
+from tests.interop.test_raw_frames import member
 
 
 def refused(argv: list[str]) -> str:
@@ -122,7 +122,7 @@ def test_a_full_disk_is_refused(tmp_path: Path) -> None:
 
 def test_a_second_server_on_the_same_data_dir_says_what_to_do(tmp_path: Path) -> None:
     with fastcoord_server(tmp_path) as first:
-        line = refused(command(tmp_path))
+        line = refused(serve_command(tmp_path))
     assert f"in use by another fastcoord server (pid {first.process.pid})" in line
     assert "choose another --data-dir" in line
 
@@ -164,21 +164,21 @@ def test_auto_max_connections_follows_the_raised_open_file_limit(tmp_path: Path)
             "max.connections 186 (auto: open-file limit 300, raised from 100, less 114 kept "
             "for the logs)" in server.log()
         )
-        first = Client(server)
+        first = server.connect()
         for partition in range(50):  # every partition's active segment is now open
             assert commit(first, group_in(partition), 1) == 0
-        clients = [first] + [Client(server) for _ in range(185)]
+        clients = [first] + [server.connect() for _ in range(185)]
         for c in clients:
             c.send(ApiVersionsRequest(), 0)
         for c in clients:
             assert c.receive(ApiKey.API_VERSIONS, 0).error_code == 0
-        one_too_many = Client(server)
+        one_too_many = server.connect()
         assert one_too_many.closed_by_server()
         assert "max.connections (186) reached" in server.log()
         # The logs still have their files: a commit to a new group is written.
         assert commit(first, "after-the-connections", 2) == 0
         for c in clients:
-            c.sock.close()
+            c.close()
 
 
 # -- what a start says it loaded, and --in-memory -----------------------------------------
@@ -189,25 +189,25 @@ def test_a_start_says_how_many_groups_members_and_offsets_it_loaded_and_from_whe
 ) -> None:
     with fastcoord_server(tmp_path) as server:
         c, _ = member(server, "g")
-        assert commit(Client(server), "offsets-only", 7) == 0
-        c.sock.close()
+        assert commit(server.connect(), "offsets-only", 7) == 0
+        c.close()
     with fastcoord_server(tmp_path) as server:
         assert (
             f"loaded 2 groups with 1 members and 4 committed offsets from {tmp_path / 'data'} "
             "(--in-memory keeps nothing)" in server.log()
         )
-        assert committed(Client(server), "offsets-only") == dict.fromkeys(range(4), 7)
+        assert committed(server.connect(), "offsets-only") == dict.fromkeys(range(4), 7)
 
 
 def test_in_memory_keeps_nothing_and_says_so(tmp_path: Path) -> None:
     with fastcoord_server(tmp_path, "--in-memory") as server:
         assert "in memory: nothing is kept (no data directory, no event log)" in server.log()
         assert "loaded 0 groups with 0 members and 0 committed offsets from memory" in server.log()
-        c = Client(server)
+        c = server.connect()
         assert commit(c, "g", 7) == 0  # acknowledged
         assert committed(c, "g") == dict.fromkeys(range(4), 7)
         member(server, "members")
     assert not server.data_dir.exists()
     with fastcoord_server(tmp_path, "--in-memory") as server:
-        assert committed(Client(server), "g") == dict.fromkeys(range(4), -1)
+        assert committed(server.connect(), "g") == dict.fromkeys(range(4), -1)
     assert not server.data_dir.exists()

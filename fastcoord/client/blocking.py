@@ -1,0 +1,251 @@
+"""One blocking-socket Kafka connection, for tests and benchmarks.
+
+Tests send raw and malformed frames and read answers one at a time; benchmarks want a
+client whose cost is plain to see. Both need nothing but a socket that encodes requests
+with fastcoord.protocol and decodes the answers: no threads, no buffers, no event loop.
+`join_group` adds the one member that finds its coordinator, joins and syncs as leader.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from types import TracebackType
+
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.errors import ErrorCode
+from fastcoord.protocol.framing import decode_response, encode_request
+from fastcoord.protocol.headers import RequestHeader
+from fastcoord.protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    JoinGroupRequest,
+    JoinGroupRequestProtocol,
+    JoinGroupResponse,
+    SyncGroupRequest,
+    SyncGroupRequestAssignment,
+    SyncGroupResponse,
+)
+from fastcoord.protocol.schema import Request, Response
+
+CLIENT_ID = "fastcoord-blocking"
+TIMEOUT_S = 15.0
+# What join_group asks for, capped by what the peer announces: non-flexible versions, which
+# every coordinator worth measuring serves.
+JOIN_VERSIONS = {ApiKey.FIND_COORDINATOR: 2, ApiKey.JOIN_GROUP: 5, ApiKey.SYNC_GROUP: 3}
+_SIZE = struct.Struct(">i")
+
+# Connections not closed yet, so that a test harness can close what a test left open
+# (closed here, not by the garbage collector's ResourceWarning).
+_open: set[Connection] = set()
+
+
+class PeerError(RuntimeError):
+    """The peer answered something the caller cannot go on with."""
+
+
+class Connection:
+    """One TCP connection speaking Kafka request and response frames, blocking."""
+
+    def __init__(
+        self, host: str, port: int, timeout: float | None = TIMEOUT_S, client_id: str = CLIENT_ID
+    ) -> None:
+        self.address = (host, port)
+        self.client_id = client_id
+        self.sock = socket.create_connection(self.address, timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _open.add(self)
+        self.correlation = 0  # the last correlation id sent; callers framing by hand add to it
+        self.versions: dict[int, tuple[int, int]] = {}
+
+    def close(self) -> None:
+        _open.discard(self)
+        self.sock.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def sendall(self, data: bytes | bytearray | memoryview) -> None:
+        """Raw bytes, frames or not."""
+        self.sock.sendall(data)
+
+    def send(self, request: Request, version: int) -> int:
+        """Send one request without waiting; its correlation id."""
+        self.correlation += 1
+        header = RequestHeader(request.API_KEY, version, self.correlation, self.client_id)
+        self.sock.sendall(encode_request(header, request))
+        return self.correlation
+
+    def read_exactly(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError(f"{self.address[0]}:{self.address[1]} closed the connection")
+            buf += chunk
+        return bytes(buf)
+
+    def read_frame(self) -> bytes:
+        """The next frame, without its size prefix."""
+        (size,) = _SIZE.unpack(self.read_exactly(4))
+        return self.read_exactly(size)
+
+    def receive(self, api_key: int, version: int) -> Response:
+        """The next answer, decoded as `api_key` at `version` (its correlation id unchecked:
+        tests that pipeline read answers in the order they expect)."""
+        return decode_response(api_key, version, self.read_frame())[1]
+
+    def request(self, request: Request, version: int) -> Response:
+        """Send a request and read its answer, which must carry its correlation id."""
+        correlation_id = self.send(request, version)
+        got, response = decode_response(request.API_KEY, version, self.read_frame())
+        if got != correlation_id:
+            raise PeerError(f"correlation id {got}, expected {correlation_id}")
+        return response
+
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """Ask ApiVersions v0; what the peer serves, by API key: (lowest, highest)."""
+        response = self.request(ApiVersionsRequest(), 0)
+        assert isinstance(response, ApiVersionsResponse)
+        if response.error_code != 0:
+            raise PeerError(f"ApiVersions: error {response.error_code}")
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        return self.versions
+
+    def version(self, api_key: int, wanted: int) -> int:
+        """`wanted`, or lower if the peer (as api_versions() heard) serves no higher."""
+        low, high = self.versions.get(api_key, (0, wanted))
+        version = min(wanted, high)
+        if version < low:
+            raise PeerError(f"API {api_key}: the peer serves v{low}-{high}, not v{wanted}")
+        return version
+
+    def closed_by_server(self, timeout: float = 5.0) -> bool:
+        """Wait up to `timeout` for the peer to close the connection (reads a byte)."""
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+
+def close_all() -> int:
+    """Close every connection still open; how many there were."""
+    left = list(_open)
+    for connection in left:
+        connection.close()
+    return len(left)
+
+
+@dataclass
+class Member:
+    """A group member that has joined and synced: what its heartbeats and commits need."""
+
+    host: str  # its coordinator's
+    port: int
+    group_id: str
+    member_id: str
+    generation_id: int
+    join_attempts: int  # JoinGroup requests sent
+    join_ms: float  # from the bootstrap connection to the SyncGroup answer
+
+
+def join_group(
+    host: str,
+    port: int,
+    group_id: str,
+    session_timeout_ms: int = 45_000,
+    rebalance_timeout_ms: int = 60_000,
+    assignment: bytes = b"",
+    load_timeout_s: float = 10.0,
+) -> tuple[Connection, Member]:
+    """Find the group's coordinator, join (again with the member id that
+    MEMBER_ID_REQUIRED gives), sync as the leader, assigning itself `assignment`: a
+    connection to the coordinator and the member. COORDINATOR_LOAD_IN_PROGRESS (a server
+    still loading its offsets log) is retried for `load_timeout_s`, as clients do."""
+    started = time.perf_counter()
+    with Connection(host, port) as bootstrap:
+        bootstrap.api_versions()
+        found = bootstrap.request(
+            FindCoordinatorRequest(key=group_id, key_type=0),
+            bootstrap.version(ApiKey.FIND_COORDINATOR, JOIN_VERSIONS[ApiKey.FIND_COORDINATOR]),
+        )
+        assert isinstance(found, FindCoordinatorResponse)
+        if found.error_code != 0:
+            raise PeerError(f"FindCoordinator: error {found.error_code}")
+    connection = Connection(found.host, found.port)
+    try:
+        connection.api_versions()
+        v_join = connection.version(ApiKey.JOIN_GROUP, JOIN_VERSIONS[ApiKey.JOIN_GROUP])
+        member_id = ""
+        attempts = 0
+        deadline = time.monotonic() + load_timeout_s
+        while True:
+            attempts += 1
+            joined = connection.request(
+                JoinGroupRequest(
+                    group_id=group_id,
+                    session_timeout_ms=session_timeout_ms,
+                    rebalance_timeout_ms=rebalance_timeout_ms,
+                    member_id=member_id,
+                    group_instance_id=None,
+                    protocol_type="consumer",
+                    protocols=[JoinGroupRequestProtocol("range", b"")],
+                ),
+                v_join,
+            )
+            assert isinstance(joined, JoinGroupResponse)
+            if joined.error_code == ErrorCode.MEMBER_ID_REQUIRED and not member_id:
+                member_id = joined.member_id  # asked once; a second time is an error
+                if member_id:
+                    continue
+            if (
+                joined.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
+                continue
+            if joined.error_code != 0:
+                raise PeerError(f"JoinGroup v{v_join}: error {joined.error_code}")
+            break
+        member_id = joined.member_id
+        if joined.leader != member_id:
+            raise PeerError(f"JoinGroup: leader {joined.leader!r}, not this member {member_id!r}")
+        synced = connection.request(
+            SyncGroupRequest(
+                group_id=group_id,
+                generation_id=joined.generation_id,
+                member_id=member_id,
+                group_instance_id=None,
+                assignments=[SyncGroupRequestAssignment(member_id, assignment)],
+            ),
+            connection.version(ApiKey.SYNC_GROUP, JOIN_VERSIONS[ApiKey.SYNC_GROUP]),
+        )
+        assert isinstance(synced, SyncGroupResponse)
+        if synced.error_code != 0:
+            raise PeerError(f"SyncGroup: error {synced.error_code}")
+    except BaseException:
+        connection.close()
+        raise
+    member = Member(
+        found.host,
+        found.port,
+        group_id,
+        member_id,
+        joined.generation_id,
+        attempts,
+        (time.perf_counter() - started) * 1000,
+    )
+    return connection, member

@@ -1,0 +1,461 @@
+"""Test servers on loopback, each a subprocess started on a free port and stopped by PID:
+`fastcoord serve`, the librdkafka mock cluster, and a reference responder.
+
+Interop tests, benchmarks and the test suites of fastcoord's users all need a real server
+they can start, read the log of and stop; one launcher serves them all. In a pytest suite
+of your own, load this module as a plugin and ask for the fixture:
+
+    # conftest.py
+    pytest_plugins = ["fastcoord.testing"]
+
+    # test_orders.py
+    def test_orders_are_consumed(fastcoord_serve):
+        consumer = KafkaConsumer("orders", bootstrap_servers=fastcoord_serve.bootstrap, ...)
+
+or start one with settings of your own (later flags win):
+
+    with fastcoord_server(tmp_path, "--topic", "orders:3") as server:
+        ...
+
+The mock cluster and the responder are peers for benchmarks; their hosts run as
+`python -m fastcoord.testing mock` and `python -m fastcoord.testing responder`, each
+printing `listening on HOST:PORT` as fastcoord does and serving until SIGTERM (or until
+their parent dies). CPU accounting of these processes is in fastcoord.testing_cpu.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import fastcoord
+from fastcoord.client.blocking import Connection
+
+LOG_LEVEL_ENV = "FASTCOORD_TEST_SERVER_LOG_LEVEL"  # e.g. DEBUG: every request, to debug a test
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+LISTENING = r"listening on ([\d.]+):(\d+)"
+LOADED = r"loaded \d+ groups"
+HOST_MODULE = "fastcoord.testing"  # run with -m, it hosts a peer (main)
+
+PreExec = Callable[[], None]
+
+
+@dataclass(eq=False)
+class ServerProcess:
+    """A server subprocess on loopback, where it said it listens; stop() ends it by PID."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    host: str
+    port: int
+    log_path: Path  # its stdout and stderr
+    data_dir: Path | None = None
+    temporary: Path | None = None  # a directory made for it, removed by stop()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def bootstrap(self) -> str:
+        """HOST:PORT, as bootstrap.servers wants it."""
+        return f"{self.host}:{self.port}"
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def connect(self, timeout: float | None = 15.0) -> Connection:
+        """A blocking Kafka connection to it (fastcoord.client.blocking)."""
+        return Connection(self.host, self.port, timeout)
+
+    def terminate(self) -> None:
+        """Ask it to stop (SIGTERM to its PID) without waiting: stop() waits."""
+        if self.process.poll() is None:
+            os.kill(self.pid, signal.SIGTERM)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM, wait up to `timeout` for it to exit, else SIGKILL; then remove the
+        directory made for it, if any."""
+        _running.pop(self.pid, None)
+        try:
+            if self.process.poll() is None:
+                self.terminate()
+                try:
+                    self.process.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    os.kill(self.pid, signal.SIGKILL)
+                    self.process.wait(timeout=timeout)
+        finally:
+            if self.temporary is not None:
+                shutil.rmtree(self.temporary, ignore_errors=True)
+                self.temporary = None
+
+
+_running: dict[int, ServerProcess] = {}  # stopped at exit, if a caller left any behind
+
+
+def _stop_all() -> None:
+    for server in list(_running.values()):
+        server.stop()
+
+
+atexit.register(_stop_all)
+
+
+def running() -> list[ServerProcess]:
+    """The servers started here and not stopped yet."""
+    return list(_running.values())
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child that must run the caller's fastcoord: the directory that
+    holds the imported package first on PYTHONPATH (the child's working directory is not
+    the caller's, and an installed fastcoord may be another), and unbuffered output, so
+    that its lines reach the log as it prints them."""
+    root = str(Path(fastcoord.__file__).absolute().parent.parent)
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, *rest]), "PYTHONUNBUFFERED": "1"}
+
+
+def start(
+    name: str,
+    argv: Sequence[str],
+    directory: Path | None = None,
+    *,
+    remove: bool = False,
+    ready: Sequence[str] = (),
+    core: int | None = None,
+    preexec_fn: PreExec | None = None,
+    data_dir: Path | None = None,
+) -> ServerProcess:
+    """Run `argv` in `directory` (a temporary one if None), its output in `server.log`
+    there, pinned to `core` if given; wait until it prints `listening on HOST:PORT` and
+    then matches every pattern of `ready`. Raises with its output if it exits first or
+    takes over START_TIMEOUT_S. stop() removes the directory if this made it, or if
+    `remove`."""
+    if directory is None:
+        directory, remove = Path(tempfile.mkdtemp(prefix=f"fastcoord-{name.split()[0]}-")), True
+    temporary = directory if remove else None
+    argv = list(argv)
+    taskset = shutil.which("taskset") if core is not None else None
+    if taskset:
+        argv = [taskset, "-c", str(core), *argv]  # taskset execs argv: the same PID
+    log_path = directory / "server.log"
+    try:
+        with open(log_path, "wb") as out:
+            process = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=directory,
+                env=child_env(),
+                preexec_fn=preexec_fn,  # e.g. a resource limit that a fault test needs
+            )
+    except BaseException:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    server = ServerProcess(name, process, "127.0.0.1", 0, log_path, data_dir, temporary)
+    _running[server.pid] = server
+    try:
+        if core is not None and not taskset:
+            os.sched_setaffinity(server.pid, {core})
+        deadline = time.monotonic() + START_TIMEOUT_S
+        host, port = _wait_for(server, LISTENING, deadline).groups()
+        server.host, server.port = host, int(port)
+        for pattern in ready:
+            _wait_for(server, pattern, deadline)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def _wait_for(server: ServerProcess, pattern: str, deadline: float) -> re.Match[str]:
+    while True:
+        match = re.search(pattern, server.log())
+        if match:
+            return match
+        if server.process.poll() is not None:
+            raise RuntimeError(
+                f"{server.name} exited early ({server.process.returncode}):\n{server.log()}"
+            )
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{server.name} did not log {pattern!r}:\n{server.log()}")
+        time.sleep(0.02)
+
+
+@contextmanager
+def stopping(server: ServerProcess) -> Iterator[ServerProcess]:
+    """`server`, stopped when the block ends."""
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# -- fastcoord serve ----------------------------------------------------------------------
+
+
+def serve_command(directory: Path, *args: str) -> list[str]:
+    """`fastcoord serve` on 127.0.0.1, port 0, its data in `directory / "data"`; `args`
+    come after these, and win."""
+    return [
+        sys.executable,
+        "-m",
+        "fastcoord",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--data-dir",
+        str(directory / "data"),
+        *args,
+    ]
+
+
+def start_fastcoord(
+    directory: Path | None = None,
+    *args: str,
+    extra_args: Sequence[str] = (),
+    wait_loaded: bool = True,
+    preexec_fn: PreExec | None = None,
+    core: int | None = None,
+    name: str = "fastcoord serve",
+) -> ServerProcess:
+    """Start `fastcoord serve` (serve_command: `args`, then `extra_args`, win over its
+    defaults) with its log in `directory / "server.log"`; directory None: a temporary one.
+
+    It answers as soon as it listens, but COORDINATOR_LOAD_IN_PROGRESS until it has loaded
+    its offsets log; clients retry that, most tests would rather not, so this waits for
+    the `loaded N groups` line too unless `wait_loaded` is False.
+    """
+    made = directory is None
+    if directory is None:
+        directory = Path(tempfile.mkdtemp(prefix="fastcoord-serve-"))
+    level = os.environ.get(LOG_LEVEL_ENV)
+    argv = serve_command(directory, *args, *extra_args, *(["--log-level", level] if level else []))
+    return start(
+        name,
+        argv,
+        directory,
+        remove=made,
+        ready=[LOADED] if wait_loaded else [],
+        core=core,
+        preexec_fn=preexec_fn,
+        data_dir=directory / "data",
+    )
+
+
+@contextmanager
+def fastcoord_server(
+    directory: Path | None = None,
+    *args: str,
+    extra_args: Sequence[str] = (),
+    wait_loaded: bool = True,
+    preexec_fn: PreExec | None = None,
+    core: int | None = None,
+) -> Iterator[ServerProcess]:
+    """start_fastcoord for the length of a `with` block."""
+    with stopping(
+        start_fastcoord(
+            directory,
+            *args,
+            extra_args=extra_args,
+            wait_loaded=wait_loaded,
+            preexec_fn=preexec_fn,
+            core=core,
+        )
+    ) as server:
+        yield server
+
+
+def refused_start(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `fastcoord serve` where it must refuse to start: its exit code and output."""
+    return subprocess.run(
+        serve_command(directory, *args),
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S,
+        env=child_env(),
+    )
+
+
+# -- the peers of benchmarks ----------------------------------------------------------------
+
+
+def start_mock(core: int | None = None) -> ServerProcess:
+    """The librdkafka mock cluster, hosted by `python -m fastcoord.testing mock`."""
+    return start("librdkafka mock", [sys.executable, "-m", HOST_MODULE, "mock"], core=core)
+
+
+def start_responder(core: int | None = None) -> ServerProcess:
+    """The reference responder, `python -m fastcoord.testing responder`."""
+    return start("responder", [sys.executable, "-m", HOST_MODULE, "responder"], core=core)
+
+
+@contextmanager
+def mock_cluster(core: int | None = None) -> Iterator[ServerProcess]:
+    with stopping(start_mock(core)) as server:
+        yield server
+
+
+@contextmanager
+def responder(core: int | None = None) -> Iterator[ServerProcess]:
+    with stopping(start_responder(core)) as server:
+        yield server
+
+
+def serve_mock() -> int:
+    """Hold a librdkafka mock cluster until SIGTERM; print its address like fastcoord does.
+
+    The cluster lives inside a confluent-kafka client: a Producer with
+    test.mock.num.brokers=1. Its address comes from the cluster's own metadata (its one
+    broker's host and port), not from the bootstrap.servers=HOST:PORT of the debug='mock'
+    log line: with debug='mock' left on, the mock logs every request it serves through a
+    Python logger in this process, on the mock's core (it cost the mock about 40% of its
+    core and a third of its heartbeat rate). So this runs with no `debug` setting.
+    """
+    import confluent_kafka
+
+    signals: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        signals.append(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    producer = confluent_kafka.Producer({"test.mock.num.brokers": 1})
+    brokers = producer.list_topics(timeout=START_TIMEOUT_S).brokers
+    if len(brokers) != 1:
+        print(f"the mock cluster has {len(brokers)} brokers, not 1", flush=True)
+        return 1
+    (broker,) = brokers.values()
+    print(
+        f"listening on {broker.host}:{broker.port} "
+        f"(librdkafka {confluent_kafka.libversion()[0]} mock cluster)",
+        flush=True,
+    )
+    parent = os.getppid()
+    while not signals and os.getppid() == parent:  # also end if the caller died
+        producer.poll(0.2)
+    del producer
+    return 0
+
+
+# Heartbeat v3 response frame: size, correlation id, throttle_time_ms, error_code.
+_HB_RESPONSE = struct.Struct(">iiih")
+_SIZE = struct.Struct(">i")
+
+
+def serve_responder() -> int:
+    """A benchmark client's ceiling: answer each request frame at once with a Heartbeat v3
+    NONE (which also reads as an ApiVersions v0 answer of error 0 and no APIs).
+
+    No Kafka server does less per heartbeat (it keeps no state and decodes nothing but the
+    correlation id), so what a client measures against it is the most it can measure on
+    this machine. One connection at a time; frames of one length are answered with numpy.
+    """
+    listener = socket.create_server(("127.0.0.1", 0))
+    print(f"listening on 127.0.0.1:{listener.getsockname()[1]} (reference responder)", flush=True)
+    parent = os.getppid()
+    listener.settimeout(1.0)
+    while os.getppid() == parent:
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _respond(conn)
+    return 0
+
+
+def _respond(conn: socket.socket) -> None:
+    answer = np.frombuffer(_HB_RESPONSE.pack(_HB_RESPONSE.size - 4, 0, 0, 0), dtype=np.uint8)
+    pending = b""
+    while True:
+        try:
+            data = conn.recv(262144)
+        except ConnectionResetError:
+            return
+        if not data:
+            return
+        if pending:
+            data = pending + data
+        pos = 0
+        out: list[bytes] = []
+        if len(data) >= 4:
+            length = 4 + _SIZE.unpack_from(data)[0]
+            count = len(data) // length
+            if count >= 8:
+                frames = np.frombuffer(data, dtype=np.uint8, count=count * length)
+                frames = frames.reshape(count, length)
+                sizes = frames[:, :4].copy().view(">i4").ravel()
+                if (sizes == length - 4).all():
+                    answers = np.empty((count, answer.size), dtype=np.uint8)
+                    answers[:] = answer
+                    answers[:, 4:8] = frames[:, 8:12]
+                    out.append(answers.tobytes())
+                    pos = count * length
+        while len(data) - pos >= 4:
+            (size,) = _SIZE.unpack_from(data, pos)
+            if len(data) - pos < 4 + size:
+                break
+            (correlation_id,) = _SIZE.unpack_from(data, pos + 8)
+            out.append(_HB_RESPONSE.pack(_HB_RESPONSE.size - 4, correlation_id, 0, 0))
+            pos += 4 + size
+        pending = data[pos:]
+        if out:
+            conn.sendall(b"".join(out))
+
+
+# -- pytest -------------------------------------------------------------------------------
+
+try:
+    import pytest
+except ImportError:  # pytest is for test suites, not a serving dependency
+    pass
+else:
+
+    @pytest.fixture
+    def fastcoord_serve(tmp_path: Path) -> Iterator[ServerProcess]:
+        """A `fastcoord serve` on its default settings (port 0, its data and log in
+        tmp_path), its offsets log loaded; stopped by PID after the test."""
+        with fastcoord_server(tmp_path) as server:
+            yield server
+
+
+HOSTS: dict[str, Callable[[], int]] = {"mock": serve_mock, "responder": serve_responder}
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) != 1 or argv[0] not in HOSTS:
+        print(f"usage: python -m {HOST_MODULE} {'|'.join(HOSTS)}", file=sys.stderr)
+        return 2
+    return HOSTS[argv[0]]()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
