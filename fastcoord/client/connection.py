@@ -1,10 +1,9 @@
 """One connection to a Kafka broker, with many requests in flight, on Trio.
 
-Kafka answers a connection's requests in order, but fastcoord answers a heartbeat while a
-JoinGroup on the same connection waits, so answers are matched by correlation id, never by
-position. Requests are encoded by the schema codec (compiled); heartbeats, the bulk of a
-fleet's traffic, go out in batches from pre-encoded frames and their answers are picked out
-of the receive buffer by the compiled client frames, one call per read.
+Answers come in the order of the requests (the protocol's rule), each matched to its
+request by correlation id. Requests are encoded by the schema codec (compiled); heartbeats,
+the bulk of a fleet's traffic, go out in batches from pre-encoded frames and their answers
+are picked out of the receive buffer by the compiled client frames, one call per read.
 
 Sending never blocks the caller: frames go to an outbox that the connection's writer task
 drains. Whoever sent a request is told of its answer by a callback, or of the connection's
@@ -45,6 +44,19 @@ WANTED: dict[int, int] = {
     ApiKey.LEAVE_GROUP: 4,
     ApiKey.DESCRIBE_GROUPS: 5,
 }
+# What librdkafka itself sends, for servers other than fastcoord: the librdkafka mock
+# cluster advertises flexible versions of the group APIs (JoinGroup v6, ...) that it closes
+# the connection on, since its own client never sends them.
+LIBRDKAFKA: dict[int, int] = {
+    **WANTED,
+    ApiKey.FIND_COORDINATOR: 2,
+    ApiKey.JOIN_GROUP: 5,
+    ApiKey.SYNC_GROUP: 3,
+    ApiKey.HEARTBEAT: 3,
+    ApiKey.LEAVE_GROUP: 1,
+    ApiKey.OFFSET_COMMIT: 7,
+    ApiKey.OFFSET_FETCH: 5,
+}
 MAX_RESPONSE_BYTES = 100 * 1024 * 1024  # a larger size prefix is a broken stream
 READ_BYTES = 256 * 1024
 
@@ -54,7 +66,23 @@ OnAnswer = Callable[[Response | None, int], None]  # (response, latency in ns)
 OnHeartbeats = Callable[[list[tuple[Any, int]], int], None]  # (answers, now in ns)
 
 
-class ConnectionLost(Exception):
+# What ends a connection: the peer went away, or sent what cannot be read.
+LOST = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError)
+
+
+class Pending:
+    """A request waiting for its answer."""
+
+    __slots__ = ("api", "on_answer", "sent_ns", "version")
+
+    def __init__(self, api: int, version: int, on_answer: OnAnswer) -> None:
+        self.api = api
+        self.version = version
+        self.on_answer = on_answer
+        self.sent_ns = time.perf_counter_ns()  # until it is written
+
+
+class ConnectionLost(ProtocolError):
     """The broker closed the connection, or it broke."""
 
 
@@ -71,8 +99,10 @@ class Connection:
         address: tuple[str, int],
         on_heartbeats: OnHeartbeats | None = None,
         client_id: str = CLIENT_ID,
+        wanted: dict[int, int] | None = None,
     ) -> None:
         self.address = address
+        self.wanted = WANTED if wanted is None else wanted
         self.client_id = client_id
         self.on_heartbeats = on_heartbeats
         self.stream: trio.SocketStream | None = None
@@ -80,10 +110,13 @@ class Connection:
         self.closed = False
         self.ready = False
         self._correlation = 0
-        self._pending: dict[int, tuple[int, int, int, OnAnswer]] = {}  # id -> api, v, sent, cb
+        self._pending: dict[int, Pending] = {}
         # JoinGroups apart: they wait for the group by design, and the fleet's watchdog
         # must tell them from requests a stalled server left unanswered.
-        self._joins: dict[int, tuple[int, int, int, OnAnswer]] = {}
+        self._joins: dict[int, Pending] = {}
+        # What the outbox holds, to be stamped with the moment it is written: a request's
+        # latency runs from when it is on the wire, not from when the fleet queued it.
+        self._queued: list[Any] = []
         self._heartbeats: dict[int, Any] = {}
         self._heartbeat_version = 0
         self._outbox = bytearray()
@@ -106,7 +139,7 @@ class Connection:
         if response.error_code != ErrorCode.NONE:
             raise ConnectionLost(f"ApiVersions: {_name(response.error_code)}")
         served = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-        for api, wanted in WANTED.items():
+        for api, wanted in self.wanted.items():
             low, high = served.get(api, (0, -1))
             if high >= 0 and low <= wanted:
                 self.versions[api] = min(wanted, high)
@@ -125,8 +158,9 @@ class Connection:
                 if not 0 <= size <= MAX_RESPONSE_BYTES:
                     raise ConnectionLost(f"an answer of {size} bytes")
                 if len(buf) >= 4 + size:
+                    frame = bytes(buf[4 : 4 + size])
                     got, response = decode_response(
-                        request.API_KEY, version, bytes(buf[4 : 4 + size])
+                        request.API_KEY, version, frame, ignore_trailing=True
                     )
                     if got != correlation:
                         raise ConnectionLost(f"correlation id {got}, expected {correlation}")
@@ -159,7 +193,8 @@ class Connection:
         api = request.API_KEY
         version = self.version(api)
         correlation = self._next_correlation()
-        entry = (api, version, time.perf_counter_ns(), on_answer)
+        entry = Pending(api, version, on_answer)
+        self._queued.append(entry)
         (self._joins if api == ApiKey.JOIN_GROUP else self._pending)[correlation] = entry
         self._outbox += encode_request(
             RequestHeader(api, version, correlation, self.client_id), request
@@ -186,6 +221,7 @@ class Connection:
         pending = self._heartbeats
         for i, token in enumerate(tokens):
             pending[first + i] = token
+        self._queued += tokens
         self._wake.set()
 
     @property
@@ -203,17 +239,14 @@ class Connection:
                 if self.closed:
                     nursery.cancel_scope.cancel()
                 nursery.start_soon(self._write, nursery.cancel_scope)
-                await self._read()
+                try:
+                    await self._read()
+                except ProtocolError as exc:  # an answer that cannot be read
+                    log.warning("closing the connection to %s:%d: %s", *self.address, exc)
+                except LOST as exc:  # caught here: a nursery would wrap it in a group
+                    if not self.closed:
+                        log.debug("connection to %s:%d lost: %s", *self.address, exc)
                 nursery.cancel_scope.cancel()
-        except (
-            OSError,
-            trio.BrokenResourceError,
-            trio.ClosedResourceError,
-            ProtocolError,
-            ConnectionLost,
-        ) as exc:
-            if not self.closed:
-                log.debug("connection to %s:%d lost: %s", *self.address, exc)
         finally:
             await self._fail()
 
@@ -227,8 +260,14 @@ class Connection:
                     continue
                 data = bytes(self._outbox)
                 self._outbox.clear()
+                queued, self._queued = self._queued, []
+                now = time.perf_counter_ns()
+                for item in queued:
+                    item.sent_ns = now
                 await self.stream.send_all(data)
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+        except LOST as exc:
+            if not self.closed:
+                log.debug("connection to %s:%d lost: %s", *self.address, exc)
             scope.cancel()
 
     async def _read(self) -> None:
@@ -265,13 +304,14 @@ class Connection:
             if token is None:
                 raise ConnectionLost(f"an answer to correlation id {correlation}, never sent")
             # A heartbeat answer the compiled walk left to the full decoder.
-            _, response = decode_response(ApiKey.HEARTBEAT, self._heartbeat_version, frame)
+            _, response = decode_response(
+                ApiKey.HEARTBEAT, self._heartbeat_version, frame, ignore_trailing=True
+            )
             assert isinstance(response, HeartbeatResponse) and self.on_heartbeats is not None
             self.on_heartbeats([(token, response.error_code)], now)
             return
-        api, version, sent, on_answer = entry
-        _, response = decode_response(api, version, frame)
-        on_answer(response, now - sent)
+        _, response = decode_response(entry.api, entry.version, frame, ignore_trailing=True)
+        entry.on_answer(response, now - entry.sent_ns)
 
     async def _fail(self) -> None:
         self.closed = True
@@ -282,8 +322,8 @@ class Connection:
         waiting = [*self._pending.values(), *self._joins.values()]
         self._pending.clear()
         self._joins.clear()
-        for _api, _version, _sent, on_answer in waiting:
-            on_answer(None, 0)
+        for entry in waiting:
+            entry.on_answer(None, 0)
         if self._heartbeats:
             tokens = list(self._heartbeats.values())
             self._heartbeats.clear()
@@ -300,22 +340,13 @@ class Connection:
 
     # -- for the fleet's watchdog ----------------------------------------------------------
 
-    def oldest_wait_ns(self, now: int, join_grace_ns: int) -> int:
-        """How long the oldest unanswered request has waited (JoinGroups less their grace:
-        they wait for the group by design); 0 when nothing waits."""
-        oldest = 0
-        for entry in (next(iter(self._pending.values()), None),):
-            if entry is not None:
-                oldest = max(oldest, now - entry[2])
+    def waits(self, now: int, join_grace_ns: int) -> bool:
+        """Whether an answer is owed: any request but a JoinGroup, or a JoinGroup older
+        than its grace (JoinGroups wait for the group by design)."""
+        if self._pending or self._heartbeats:
+            return True
         join = next(iter(self._joins.values()), None)
-        if join is not None:
-            oldest = max(oldest, now - join[2] - join_grace_ns)
-        if self._heartbeats:
-            token = next(iter(self._heartbeats.values()))
-            sent = getattr(token, "heartbeat_sent_ns", 0)
-            if sent:
-                oldest = max(oldest, now - sent)
-        return oldest
+        return join is not None and now - join.sent_ns > join_grace_ns
 
     @property
     def waiting(self) -> int:

@@ -25,8 +25,8 @@ from typing import Any, Protocol
 
 import trio
 
-from fastcoord.client.connection import Connection
-from fastcoord.client.member import Member, Next, Rebalance, State
+from fastcoord.client.connection import LIBRDKAFKA, WANTED, Connection
+from fastcoord.client.member import Member, Next, Rebalance, State, committed
 from fastcoord.client.native import heartbeat_template
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode
@@ -47,6 +47,7 @@ from fastcoord.protocol.schema import Request, Response
 log = logging.getLogger("fastcoord.client")
 
 TICK_MS = 10
+RETRY_BACKOFF_MAX_MS = 1_000
 HEARTBEAT = ApiKey.HEARTBEAT
 
 
@@ -101,6 +102,8 @@ class Seat:
     template: bytes = b""  # this generation's heartbeat frame
     template_for: tuple[int, str] = (-1, "")  # (generation, member id) it was made for
     heartbeat_sent_ns: int = 0  # 0: none in flight
+    sent_ns: int = 0  # when the connection wrote the last heartbeat
+    retries: int = 0  # since it was last stable
     heartbeat_epoch: int = -1
     # Set while the scenario has this seat down (crashed, or restarting): no timers act.
     down: bool = False
@@ -141,6 +144,7 @@ class Fleet:
         self._wall_ms = wall_ms
         self._last_progress_ns = time.perf_counter_ns()
         self.aborted: str | None = None
+        self._wanted = WANTED
 
     # -- clocks ----------------------------------------------------------------------------
 
@@ -166,7 +170,7 @@ class Fleet:
             task_status.started()
 
     async def _open(self, address: tuple[str, int]) -> Connection:
-        connection = Connection(address, self._on_heartbeats)
+        connection = Connection(address, self._on_heartbeats, wanted=self._wanted)
         await connection.open(self.config.connect_timeout_s)
         return connection
 
@@ -195,6 +199,8 @@ class Fleet:
             where = _address(self.config.bootstrap)
             raise FleetAborted(f"{where} closed the connection before its Metadata answer")
         self.cluster_id = response.cluster_id
+        if not self.is_fastcoord():
+            self._wanted = LIBRDKAFKA
         for topic in response.topics:
             if topic.error_code == ErrorCode.NONE and topic.partitions and topic.name:
                 self.partitions[topic.name] = len(topic.partitions)
@@ -371,6 +377,7 @@ class Fleet:
 
     def _stable(self, seat: Seat) -> None:
         member = seat.member
+        seat.retries = 0
         for rebalance in member.rebalances:
             self._rebalance_row(rebalance)
         member.rebalances.clear()
@@ -390,10 +397,12 @@ class Fleet:
             )
             seat.template_for = (member.generation_id, member.member_id)
         self._fetch(seat)
-        self._schedule(self.config.heartbeat_interval_ms, HEARTBEAT, seat)
+        # The first heartbeat and commit come at a random point of their interval: members
+        # that synced in one storm would otherwise beat in lockstep, a burst every interval,
+        # and the run would measure the generator's bursts. Real consumers drift apart.
+        interval = self.config.heartbeat_interval_ms
+        self._schedule(self._rng.randrange(1, interval + 1), HEARTBEAT, seat)
         if self.config.commit_interval_ms > 0:
-            # Spread the first commits over an interval, as consumers started at different
-            # moments would.
             self._schedule(
                 self._rng.randrange(1, self.config.commit_interval_ms + 1),
                 ApiKey.OFFSET_COMMIT,
@@ -426,14 +435,18 @@ class Fleet:
         epoch = member.epoch
 
         def on_answer(response: Response | None, latency_ns: int) -> None:
-            if response is None or member.epoch != epoch or seat.down:
+            if response is None:
                 return
             assert isinstance(response, OffsetCommitResponse)
-            outcome, done, code = member.on_commit(response, self.now_ms())
+            # Counted even when the member has moved on (left, say): the server stored it.
+            done, code = committed(response)
             self.recorder.record(ApiKey.OFFSET_COMMIT, latency_ns, code)
             self.recorder.commit(done)
             if code:
                 self._error_row(ApiKey.OFFSET_COMMIT, code, member)
+            if member.epoch != epoch or seat.down:
+                return
+            outcome = member.on_commit(response, self.now_ms())[0]
             if outcome is not Next.NOTHING:
                 self._follow(seat, outcome, ApiKey.OFFSET_COMMIT)
 
@@ -495,7 +508,11 @@ class Fleet:
         member.state = State.UNJOINED
         member.epoch += 1
         seat.connection = None
-        self._schedule(self.config.retry_backoff_ms, -1, seat)
+        # Kafka's retry.backoff.ms, doubling up to retry.backoff.max.ms (1 s) while the
+        # coordinator stays away.
+        delay = min(self.config.retry_backoff_ms << min(seat.retries, 10), RETRY_BACKOFF_MAX_MS)
+        seat.retries += 1
+        self._schedule(delay, -1, seat)
 
     def _error_row(self, api: int, code: int, member: Member) -> None:
         self.recorder.error(api, code, member.group_id, member.member_id, self.wall_ms())
@@ -519,7 +536,7 @@ class Fleet:
         self._last_progress_ns = now_ns
         latencies = self.recorder.latencies(HEARTBEAT)
         for seat, code in answers:
-            sent = seat.heartbeat_sent_ns
+            sent = seat.sent_ns
             seat.heartbeat_sent_ns = 0
             member = seat.member
             if seat.heartbeat_epoch != member.epoch or seat.down:
@@ -579,7 +596,7 @@ class Fleet:
                     batch = batches[connection] = ([], [])
                 batch[0].append(seat.template)
                 batch[1].append(seat)
-                seat.heartbeat_sent_ns = now_ns
+                seat.heartbeat_sent_ns = seat.sent_ns = now_ns  # the connection stamps sent_ns
                 seat.heartbeat_epoch = epoch
             elif kind == ApiKey.OFFSET_COMMIT:
                 if member.state is State.STABLE:
@@ -596,27 +613,28 @@ class Fleet:
         self._last_progress_ns = time.perf_counter_ns()
 
     def stalled(self) -> str | None:
-        """Why the server looks stalled or gone, or None: a request unanswered past the
-        request timeout (JoinGroups get the rebalance timeout more), or members unable to
-        connect with nothing heard from the server for the request timeout."""
+        """Why the server looks stalled or gone, or None: nothing heard from it for the
+        request timeout while answers are owed (JoinGroups owe theirs only after the
+        rebalance timeout) or members cannot connect. A server that is slow but answers
+        something is not stalled: its slowness is in the latencies."""
         now = time.perf_counter_ns()
         timeout_ns = self.config.request_timeout_ms * 1_000_000
         join_grace = self.config.rebalance_timeout_ms * 1_000_000
         connections = list(self._connections.values())
         if self._bootstrap is not None:
             connections.append(self._bootstrap)
-        oldest = max((c.oldest_wait_ns(now, join_grace) for c in connections), default=0)
-        where = _address(self.config.bootstrap)
-        if oldest > timeout_ns:
-            return f"a request to {where} has waited {oldest / 1e9:.0f} s for its answer"
         heard = max([self._last_progress_ns, *(c.received_at_ns for c in connections)])
-        waiting = sum(1 for s in self.seats if not s.down and s.member.state is State.UNJOINED)
-        if waiting and now - heard > timeout_ns:
-            quiet = (now - heard) / 1e9
-            return (
-                f"nothing heard from {where} for {quiet:.0f} s while {waiting} members wait to join"
-            )
-        return None
+        if now - heard <= timeout_ns:
+            return None
+        owed = sum(1 for c in connections if c.waits(now, join_grace))
+        unjoined = sum(1 for s in self.seats if not s.down and s.member.state is State.UNJOINED)
+        if not owed and not unjoined:
+            return None
+        where = _address(self.config.bootstrap)
+        why = (
+            f"{owed} connections wait for answers" if owed else f"{unjoined} members cannot connect"
+        )
+        return f"nothing heard from {where} for {(now - heard) / 1e9:.0f} s while {why}"
 
     def states(self) -> dict[str, int]:
         counts = dict.fromkeys((s.value for s in State), 0)

@@ -271,14 +271,7 @@ class Member:
 
     def on_commit(self, response: OffsetCommitResponse, now_ms: int) -> tuple[Next, int, int]:
         """(what to do, offsets committed, the first partition error or 0)."""
-        done = 0
-        first_error = 0
-        for topic in response.topics:
-            for p in topic.partitions:
-                if p.error_code == ErrorCode.NONE:
-                    done += 1
-                elif not first_error:
-                    first_error = p.error_code
+        done, first_error = committed(response)
         if first_error in REJOIN or first_error in FORGET_ID or first_error in FATAL:
             return self._failed(first_error, now_ms), done, first_error
         return Next.NOTHING, done, first_error
@@ -341,6 +334,19 @@ class Member:
         self.state = State.UNJOINED
         self.epoch += 1
         return Next.RETRY
+
+
+def committed(response: OffsetCommitResponse) -> tuple[int, int]:
+    """(offsets an OffsetCommit stored, the first partition error or 0)."""
+    done = 0
+    first_error = 0
+    for topic in response.topics:
+        for p in topic.partitions:
+            if p.error_code == ErrorCode.NONE:
+                done += 1
+            elif not first_error:
+                first_error = p.error_code
+    return done, first_error
 
 
 def _name(code: int) -> str:

@@ -90,8 +90,12 @@ def encode_request(header: RequestHeader, request: Request) -> bytes:
     return bytes(w.buf)
 
 
-def decode_response(api_key: int, api_version: int, frame: FrameBytes) -> tuple[int, Response]:
-    """Decode a response frame (without its size prefix): correlation id and body."""
+def decode_response(
+    api_key: int, api_version: int, frame: FrameBytes, ignore_trailing: bool = False
+) -> tuple[int, Response]:
+    """Decode a response frame (without its size prefix): correlation id and body. Bytes
+    after the body are an error unless `ignore_trailing` (what Kafka's clients do: they
+    read the fields they know and stop)."""
     api = SERVED.get(api_key)
     if api is None:
         raise ProtocolError(f"unknown API key {api_key}")
@@ -103,4 +107,6 @@ def decode_response(api_key: int, api_version: int, frame: FrameBytes) -> tuple[
             skip_tagged_fields(r)
     except ProtocolError as exc:
         raise exc.at(f"{api.response.__name__} v{api_version} header") from None
+    if ignore_trailing:
+        return correlation_id, read_message_at(api.response, api_version, r.data, r.pos)[0]
     return correlation_id, read_message(api.response, api_version, r.data, r.pos)

@@ -1,4 +1,5 @@
-"""Bytes after a well-formed request body are ignored and counted; responses stay strict.
+"""Bytes after a well-formed request body are ignored and counted; responses stay strict
+unless the caller, a client, asks otherwise.
 
 Kafka's broker reads a request's header, then its body, and never looks at what follows
 (RequestContext.parseRequest, AbstractRequest.parseRequest), so clients that write a few
@@ -114,6 +115,17 @@ def test_bytes_after_a_response_are_refused(case: tuple[type[Message], int]) -> 
     for extra in (b"\0", b"\0\0\0"):
         with pytest.raises(ProtocolError, match=rf"{len(extra)} bytes left over after the message"):
             frames.decode_response(cls.API_KEY, version, frame + extra)
+
+
+@pytest.mark.parametrize("case", RESPONSES, ids=message_id)
+def test_a_client_may_ignore_bytes_after_a_response(case: tuple[type[Message], int]) -> None:
+    # As Kafka's clients read a response: the fields they know, then stop. fastcoord's own
+    # client asks for this, for servers (the librdkafka mock cluster) that write more.
+    cls, version = case
+    message = edge_instance(cls, version, "min")
+    frame = framing.encode_response(9, version, message)[4:]
+    got = framing.decode_response(cls.API_KEY, version, frame + b"\0\0\0", ignore_trailing=True)
+    assert got == framing.decode_response(cls.API_KEY, version, frame)
 
 
 def test_whole_body_decoding_stays_strict() -> None:
