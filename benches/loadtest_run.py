@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=150)
     parser.add_argument("--window", type=float, default=60, help="seconds sampled at the end")
     parser.add_argument("--heartbeat-interval-ms", type=int, default=3_000)
+    parser.add_argument("--commit-interval-ms", type=int, default=5_000)
     args = parser.parse_args(argv)
     client_core, server_core = cores()
     with tempfile.TemporaryDirectory(prefix="fastcoord-loadtest-run-") as tmp:
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 *("--members-per-connection", str(args.members_per_connection)),
                 *("--processes", str(args.processes), "--duration", str(args.duration)),
                 *("--heartbeat-interval-ms", str(args.heartbeat_interval_ms)),
+                *("--commit-interval-ms", str(args.commit_interval_ms)),
                 *("--out", str(out)),
             ]
             started = time.monotonic()

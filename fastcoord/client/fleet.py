@@ -18,7 +18,7 @@ import logging
 import math
 import random
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -47,6 +47,10 @@ from fastcoord.protocol.schema import Request, Response
 log = logging.getLogger("fastcoord.client")
 
 TICK_MS = 10
+# Timer kinds, plain ints: the wheel compares them for every heartbeat.
+_HEARTBEAT = int(ApiKey.HEARTBEAT)
+_COMMIT = int(ApiKey.OFFSET_COMMIT)
+_RETRY = -1
 RETRY_BACKOFF_MAX_MS = 1_000
 HEARTBEAT = ApiKey.HEARTBEAT
 
@@ -401,11 +405,11 @@ class Fleet:
         # that synced in one storm would otherwise beat in lockstep, a burst every interval,
         # and the run would measure the generator's bursts. Real consumers drift apart.
         interval = self.config.heartbeat_interval_ms
-        self._schedule(self._rng.randrange(1, interval + 1), HEARTBEAT, seat)
+        self._schedule(self._rng.randrange(1, interval + 1), _HEARTBEAT, seat)
         if self.config.commit_interval_ms > 0:
             self._schedule(
                 self._rng.randrange(1, self.config.commit_interval_ms + 1),
-                ApiKey.OFFSET_COMMIT,
+                _COMMIT,
                 seat,
             )
 
@@ -512,7 +516,7 @@ class Fleet:
         # coordinator stays away.
         delay = min(self.config.retry_backoff_ms << min(seat.retries, 10), RETRY_BACKOFF_MAX_MS)
         seat.retries += 1
-        self._schedule(delay, -1, seat)
+        self._schedule(delay, _RETRY, seat)
 
     def _error_row(self, api: int, code: int, member: Member) -> None:
         self.recorder.error(api, code, member.group_id, member.member_id, self.wall_ms())
@@ -579,15 +583,17 @@ class Fleet:
     def _fire(self, due: list[tuple[int, Seat, int]]) -> None:
         batches: dict[Connection, tuple[list[bytes], list[Seat]]] = {}
         now_ns = time.perf_counter_ns()
-        interval = self.config.heartbeat_interval_ms
+        # Every heartbeat due now is due again in the same tick: one list for them all.
+        again = self._timers[self._tick + max(1, self.config.heartbeat_interval_ms // TICK_MS)]
+        stable = State.STABLE
         for kind, seat, epoch in due:
             member = seat.member
             if member.epoch != epoch or seat.down:
                 continue
-            if kind == HEARTBEAT:
-                if member.state is not State.STABLE:
+            if kind == _HEARTBEAT:
+                if member.state is not stable:
                     continue
-                self._schedule(interval, HEARTBEAT, seat)
+                again.append((_HEARTBEAT, seat, epoch))
                 connection = seat.connection
                 if seat.heartbeat_sent_ns or connection is None:
                     continue  # the last is still unanswered: no second one, as consumers do
@@ -598,11 +604,11 @@ class Fleet:
                 batch[1].append(seat)
                 seat.heartbeat_sent_ns = seat.sent_ns = now_ns  # the connection stamps sent_ns
                 seat.heartbeat_epoch = epoch
-            elif kind == ApiKey.OFFSET_COMMIT:
-                if member.state is State.STABLE:
+            elif kind == _COMMIT:
+                if member.state is stable:
                     self._commit(seat)
-                    self._schedule(self.config.commit_interval_ms, ApiKey.OFFSET_COMMIT, seat)
-            elif kind == -1 and member.state is State.UNJOINED:
+                    self._schedule(self.config.commit_interval_ms, _COMMIT, seat)
+            elif kind == _RETRY and member.state is State.UNJOINED:
                 self.start(seat)
         for connection, (templates, seats) in batches.items():
             connection.send_heartbeats(templates, seats)
@@ -638,8 +644,8 @@ class Fleet:
 
     def states(self) -> dict[str, int]:
         counts = dict.fromkeys((s.value for s in State), 0)
-        for seat in self.seats:
-            counts[seat.member.state.value] += 1
+        for state, n in Counter([seat.member.state for seat in self.seats]).items():
+            counts[state.value] = n
         return counts
 
     @property
