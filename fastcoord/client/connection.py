@@ -201,6 +201,26 @@ class Connection:
         )
         self._wake.set()
 
+    async def ask(self, request: Request, timeout_s: float) -> tuple[Response, int]:
+        """Send `request` and wait for its answer: (response, latency in ns). The
+        connection must be running; ConnectionLost if it ends first."""
+        done = trio.Event()
+        answer: list[tuple[Response | None, int]] = []
+
+        def on_answer(response: Response | None, latency_ns: int) -> None:
+            answer.append((response, latency_ns))
+            done.set()
+
+        self.send(request, on_answer)
+        with trio.fail_after(timeout_s):
+            await done.wait()
+        response, latency_ns = answer[0]
+        if response is None:
+            raise ConnectionLost(
+                f"the connection closed before the {type(request).__name__}'s answer"
+            )
+        return response, latency_ns
+
     def send_heartbeats(self, templates: list[bytes], tokens: list[Any]) -> None:
         """Heartbeats from pre-encoded frames (`heartbeat_template`); each answer reaches
         `on_heartbeats` with its token."""
@@ -348,9 +368,10 @@ class Connection:
         join = next(iter(self._joins.values()), None)
         return join is not None and now - join.sent_ns > join_grace_ns
 
-    @property
-    def waiting(self) -> int:
-        return len(self._pending) + len(self._joins) + len(self._heartbeats)
+
+def is_fastcoord(cluster_id: str | None) -> bool:
+    """Whether a Metadata answer's cluster id is fastcoord's."""
+    return (cluster_id or "").startswith("fastcoord")
 
 
 def connect_reason(exc: BaseException) -> str:

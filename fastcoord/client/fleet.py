@@ -25,7 +25,13 @@ from typing import Any, Protocol
 
 import trio
 
-from fastcoord.client.connection import LIBRDKAFKA, WANTED, Connection
+from fastcoord.client.connection import (
+    LIBRDKAFKA,
+    WANTED,
+    Connection,
+    ConnectionLost,
+    is_fastcoord,
+)
 from fastcoord.client.member import Member, Next, Rebalance, State, committed
 from fastcoord.client.native import heartbeat_template
 from fastcoord.protocol.api_keys import ApiKey
@@ -34,6 +40,7 @@ from fastcoord.protocol.messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     JoinGroupResponse,
+    LeaveGroupResponse,
     MetadataRequest,
     MetadataRequestTopic,
     MetadataResponse,
@@ -42,7 +49,7 @@ from fastcoord.protocol.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from fastcoord.protocol.schema import Request, Response
+from fastcoord.protocol.schema import Response
 
 log = logging.getLogger("fastcoord.client")
 
@@ -104,9 +111,8 @@ class Seat:
     connection: Connection | None = None
     coordinator: tuple[str, int] | None = None
     template: bytes = b""  # this generation's heartbeat frame
-    template_for: tuple[int, str] = (-1, "")  # (generation, member id) it was made for
-    heartbeat_sent_ns: int = 0  # 0: none in flight
-    sent_ns: int = 0  # when the connection wrote the last heartbeat
+    heartbeat_in_flight: bool = False
+    sent_ns: int = 0  # when the connection wrote the last heartbeat (it stamps this)
     retries: int = 0  # since it was last stable
     heartbeat_epoch: int = -1
     # Set while the scenario has this seat down (crashed, or restarting): no timers act.
@@ -147,7 +153,7 @@ class Fleet:
         self._wall0 = time.time() * 1000
         self._wall_ms = wall_ms
         self._last_progress_ns = time.perf_counter_ns()
-        self.aborted: str | None = None
+        self._reopening = False
         self._wanted = WANTED
 
     # -- clocks ----------------------------------------------------------------------------
@@ -180,28 +186,18 @@ class Fleet:
 
     async def _learn_topics(self) -> None:
         assert self._bootstrap is not None
-        done = trio.Event()
-        answer: list[MetadataResponse | None] = []
-
-        def on_answer(response: Response | None, latency_ns: int) -> None:
-            answer.append(response)  # type: ignore[arg-type]
-            if response is not None:
-                self.recorder.record(ApiKey.METADATA, latency_ns, 0)
-            done.set()
-
-        self._bootstrap.send(
-            MetadataRequest(
-                topics=[MetadataRequestTopic(name=t) for t in self.config.topics],
-                allow_auto_topic_creation=True,
-            ),
-            on_answer,
+        request = MetadataRequest(
+            topics=[MetadataRequestTopic(name=t) for t in self.config.topics],
+            allow_auto_topic_creation=True,
         )
-        with trio.fail_after(self.config.request_timeout_ms / 1000):
-            await done.wait()
-        response = answer[0]
-        if response is None:
-            where = _address(self.config.bootstrap)
-            raise FleetAborted(f"{where} closed the connection before its Metadata answer")
+        try:
+            response, latency_ns = await self._bootstrap.ask(
+                request, self.config.request_timeout_ms / 1000
+            )
+        except ConnectionLost as exc:
+            raise FleetAborted(f"{_address(self.config.bootstrap)}: {exc}") from None
+        assert isinstance(response, MetadataResponse)
+        self.recorder.record(ApiKey.METADATA, latency_ns, 0)
         self.cluster_id = response.cluster_id
         if not self.is_fastcoord():
             self._wanted = LIBRDKAFKA
@@ -259,14 +255,14 @@ class Fleet:
         self._bootstrap.send(FindCoordinatorRequest(key=member.group_id, key_type=0), on_answer)
 
     def _reopen_bootstrap(self) -> None:
-        if self._nursery is None or getattr(self, "_reopening", False):
+        if self._nursery is None or self._reopening:
             return
         self._reopening = True
 
         async def reopen() -> None:
             try:
                 connection = await self._open(self.config.bootstrap)
-            except (OSError, trio.TooSlowError, Exception) as exc:  # retried by the next start
+            except Exception as exc:  # OSError, a timeout, a bad answer: the next start retries
                 log.debug("bootstrap %s: %s", _address(self.config.bootstrap), exc)
                 await trio.sleep(self.config.retry_backoff_ms / 1000)
             else:
@@ -297,7 +293,7 @@ class Fleet:
     async def _open_for(self, key: tuple[tuple[str, int], int]) -> None:
         try:
             connection = await self._open(key[0])
-        except (OSError, trio.TooSlowError, Exception) as exc:
+        except Exception as exc:  # OSError, a timeout, a bad answer: the seats retry
             log.debug("cannot connect to %s: %s", _address(key[0]), exc)
             for seat in self._connecting.pop(key, []):
                 self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.API_VERSIONS)
@@ -390,16 +386,14 @@ class Fleet:
             entry[1] = max(entry[1], time.time_ns())
             entry[2] += 1
         assert seat.connection is not None
-        if seat.template_for != (member.generation_id, member.member_id):
-            seat.template = heartbeat_template(
-                seat.connection.heartbeat_version,
-                seat.connection.client_id,
-                member.group_id,
-                member.generation_id,
-                member.member_id,
-                member.group_instance_id,
-            )
-            seat.template_for = (member.generation_id, member.member_id)
+        seat.template = heartbeat_template(
+            seat.connection.heartbeat_version,
+            seat.connection.client_id,
+            member.group_id,
+            member.generation_id,
+            member.member_id,
+            member.group_instance_id,
+        )
         self._fetch(seat)
         # The first heartbeat and commit come at a random point of their interval: members
         # that synced in one storm would otherwise beat in lockstep, a burst every interval,
@@ -468,8 +462,8 @@ class Fleet:
         request = member.leave()
 
         def on_answer(response: Response | None, latency_ns: int) -> None:
-            if response is not None:
-                self.recorder.record(ApiKey.LEAVE_GROUP, latency_ns, response.error_code)  # type: ignore[attr-defined]
+            if isinstance(response, LeaveGroupResponse):
+                self.recorder.record(ApiKey.LEAVE_GROUP, latency_ns, response.error_code)
             member.on_leave()
             if then is not None:
                 then()
@@ -481,7 +475,7 @@ class Fleet:
         connection closes too."""
         seat.member.crash()
         seat.down = True
-        seat.heartbeat_sent_ns = 0
+        seat.heartbeat_in_flight = False
         if self.config.members_per_connection == 1 and seat.connection is not None:
             seat.connection.close()
         seat.connection = None
@@ -541,7 +535,7 @@ class Fleet:
         latencies = self.recorder.latencies(HEARTBEAT)
         for seat, code in answers:
             sent = seat.sent_ns
-            seat.heartbeat_sent_ns = 0
+            seat.heartbeat_in_flight = False
             member = seat.member
             if seat.heartbeat_epoch != member.epoch or seat.down:
                 continue
@@ -582,7 +576,6 @@ class Fleet:
 
     def _fire(self, due: list[tuple[int, Seat, int]]) -> None:
         batches: dict[Connection, tuple[list[bytes], list[Seat]]] = {}
-        now_ns = time.perf_counter_ns()
         # Every heartbeat due now is due again in the same tick: one list for them all.
         again = self._timers[self._tick + max(1, self.config.heartbeat_interval_ms // TICK_MS)]
         stable = State.STABLE
@@ -595,14 +588,14 @@ class Fleet:
                     continue
                 again.append((_HEARTBEAT, seat, epoch))
                 connection = seat.connection
-                if seat.heartbeat_sent_ns or connection is None:
+                if seat.heartbeat_in_flight or connection is None:
                     continue  # the last is still unanswered: no second one, as consumers do
                 batch = batches.get(connection)
                 if batch is None:
                     batch = batches[connection] = ([], [])
                 batch[0].append(seat.template)
                 batch[1].append(seat)
-                seat.heartbeat_sent_ns = seat.sent_ns = now_ns  # the connection stamps sent_ns
+                seat.heartbeat_in_flight = True
                 seat.heartbeat_epoch = epoch
             elif kind == _COMMIT:
                 if member.state is stable:
@@ -669,7 +662,7 @@ class Fleet:
         self.storm = None
 
     def is_fastcoord(self) -> bool:
-        return (self.cluster_id or "").startswith("fastcoord")
+        return is_fastcoord(self.cluster_id)
 
 
 def _address(address: tuple[str, int]) -> str:
@@ -681,6 +674,3 @@ def _name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return f"error {code}"
-
-
-__all__ = ["Fleet", "FleetAborted", "FleetConfig", "Recorder", "Request", "Seat"]

@@ -19,6 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fastcoord.loadtest.stats import api_name, error_name
+from fastcoord.server.event_files import temporary  # the same hidden names Spark skips
+from fastcoord.storage.swap import fsync_directory
 
 # The member states the workers report, one column each in `states`.
 STATES = ("unjoined", "joining", "syncing", "stable", "leaving", "stopped")
@@ -81,29 +83,18 @@ SUMMARY = "summary.json"
 PART = "part-{:05d}.parquet"
 
 
-def temporary(name: str) -> str:
-    return f".{name}.tmp"
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def replace_atomically(path: Path, write: Any) -> None:
     """`write(partial_path)`, then rename the whole file over `path`."""
     partial = path.with_name(temporary(path.name))
     try:
         write(partial)
-        _fsync(partial)
+        with open(partial, "rb") as written:
+            os.fsync(written.fileno())
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
     os.replace(partial, path)
-    _fsync(path.parent)
+    fsync_directory(path.parent)
 
 
 def latency_rows(rows: Sequence[Mapping[str, Any]]) -> pa.Table:

@@ -21,12 +21,12 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection as Pipe
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import trio
 from rich.console import Console
 
-from fastcoord.client.connection import Connection, connect_reason
+from fastcoord.client.connection import Connection, connect_reason, is_fastcoord
 from fastcoord.client.fleet import FleetConfig
 from fastcoord.loadtest import scenarios, worker
 from fastcoord.loadtest.aggregate import Aggregator, Thresholds
@@ -102,22 +102,12 @@ async def _probe(address: tuple[str, int], timeout_s: float) -> str | None:
     """The broker's cluster id, from a Metadata request on a fresh connection."""
     connection = Connection(address)
     await connection.open(timeout_s)
-    answer: list[Any] = []
-    got = trio.Event()
-
-    def on_answer(response: Any, _latency: int) -> None:
-        answer.append(response)
-        got.set()
-
     async with trio.open_nursery() as nursery:
         nursery.start_soon(connection.run)
-        connection.send(MetadataRequest(topics=[], allow_auto_topic_creation=False), on_answer)
-        with trio.fail_after(timeout_s):
-            await got.wait()
+        request = MetadataRequest(topics=[], allow_auto_topic_creation=False)
+        response, _ = await connection.ask(request, timeout_s)
         connection.close()
-    response = answer[0]
-    if not isinstance(response, MetadataResponse):
-        raise ConnectionError("the connection closed before the Metadata answer")
+    assert isinstance(response, MetadataResponse)
     return response.cluster_id
 
 
@@ -130,15 +120,15 @@ def probe(o: Options, address: tuple[str, int]) -> bool:
             f"cannot reach the bootstrap {address[0]}:{address[1]} ({connect_reason(exc)}): "
             "is the server running, and is --bootstrap its address?"
         ) from None
-    is_fastcoord = (cluster_id or "").startswith("fastcoord")
-    if o.members_per_connection > 1 and not is_fastcoord:
+    fastcoord = is_fastcoord(cluster_id)
+    if o.members_per_connection > 1 and not fastcoord:
         raise CannotStart(
             f"--members-per-connection {o.members_per_connection} needs fastcoord: the server at "
             f"{address[0]}:{address[1]} (cluster id {cluster_id!r}) is not, and Kafka mutes a "
             "connection while a JoinGroup on it waits, so members sharing it would wait on each "
             "other for ever. Use --members-per-connection 1 (and --processes for more members)."
         )
-    return is_fastcoord
+    return fastcoord
 
 
 def plan_of(o: Options) -> scenarios.Plan:
@@ -181,13 +171,13 @@ def run(o: Options, console: Console | None = None) -> int:
     try:
         address = parse_bootstrap(o.bootstrap)
         check_file_limit(o)
-        is_fastcoord = probe(o, address)
+        server_is_fastcoord = probe(o, address)
     except CannotStart as exc:
         console.print(f"fastcoord loadtest: {exc}", markup=False, highlight=False, soft_wrap=True)
         return CANNOT_START
     o.out.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(o).items()}
-    config["server_is_fastcoord"] = is_fastcoord
+    config["server_is_fastcoord"] = server_is_fastcoord
     aggregator = Aggregator(o.out, config, o.processes, Thresholds(o.max_error_rate, o.max_p99_ms))
     outcome, message = _drive(o, address, aggregator, console)
     summary = aggregator.finish(outcome, message)

@@ -12,7 +12,6 @@ Messages to the parent: ("ready", info), ("second", Second), ("aborted", reason)
 from __future__ import annotations
 
 import logging
-import resource
 import signal
 import time
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from fastcoord.client.connection import connect_reason
 from fastcoord.client.fleet import Fleet, FleetAborted, FleetConfig
 from fastcoord.loadtest import scenarios
 from fastcoord.loadtest.stats import Recorder
+from fastcoord.server.startup import raise_file_limit
 
 LEAVE_TIMEOUT_S = 5.0
 
@@ -35,18 +35,6 @@ class Job:
     fleet: FleetConfig
     plan: scenarios.Plan
     started_wall: float  # time.time() when the run began, shared by every worker
-
-
-def raise_file_limit() -> int:
-    """Raise the soft open-file limit to the hard one; the limit now."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError):
-            pass
-    return soft
 
 
 def main(job: Job, pipe: Pipe) -> None:

@@ -51,8 +51,9 @@ class FileLimit(NamedTuple):
         return f"open-file limit {self.limit}{raised}, less {self.reserve} kept for the logs"
 
 
-def file_limit(config: ServerConfig) -> FileLimit:
-    """Raise the soft open-file limit to the hard one; size max.connections by it."""
+def raise_file_limit() -> tuple[int, int, int]:
+    """Raise the soft open-file limit to the hard one (or, with no hard limit, to the
+    kernel's per-process maximum); (the limit now, the soft limit before, the hard one)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard
     if hard == resource.RLIM_INFINITY:
@@ -67,6 +68,12 @@ def file_limit(config: ServerConfig) -> FileLimit:
             limit = target
         except (ValueError, OSError):
             pass
+    return limit, soft, hard
+
+
+def file_limit(config: ServerConfig) -> FileLimit:
+    """Raise the soft open-file limit to the hard one; size max.connections by it."""
+    limit, soft, hard = raise_file_limit()
     reserve = FIXED_RESERVE + config.offsets_topic_num_partitions
     allows = limit - reserve
     if config.max_connections == "auto":
