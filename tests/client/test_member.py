@@ -4,6 +4,7 @@ answers go back to the Member, with no sockets in between."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ class Group:
     h: Harness
     members: list[Member] = field(default_factory=list)
     waiting: list[tuple[Member, str, int, int]] = field(default_factory=list)  # kind, handle, epoch
+    tally: Counter[State] = field(default_factory=Counter)  # the members' own count by state
 
     def add(self, instance_id: str | None = None, topics: tuple[str, ...] = ("t",)) -> Member:
         m = Member(
@@ -38,6 +40,7 @@ class Group:
             session_timeout_ms=SESSION_MS,
             rebalance_timeout_ms=30_000,
             group_instance_id=instance_id,
+            tally=self.tally,
         )
         self.members.append(m)
         return m
@@ -72,6 +75,8 @@ class Group:
                 elif kind == "sync":
                     assert isinstance(answer, SyncGroupResponse)
                     self.follow(m, m.on_sync(answer, self.h.now))
+        # The tally the members keep as they change state is the count of their states.
+        assert +self.tally == Counter(m.state for m in self.members)
 
     def follow(self, m: Member, outcome: Next) -> None:
         if outcome is Next.REJOIN:
