@@ -6,8 +6,10 @@ the bulk of a fleet's traffic, go out in batches from pre-encoded frames and the
 are picked out of the receive buffer by the compiled client frames, one call per read.
 
 Sending never blocks the caller: frames go to an outbox that the connection's writer task
-drains. Whoever sent a request is told of its answer by a callback, or of the connection's
-loss by the same callback with no answer.
+drains, except a batch of heartbeats, which is written to the non-blocking socket at once
+when the writer is idle (what the socket does not take goes to the writer). Answers are
+read from the socket itself. Whoever sent a request is told of its answer by a callback, or
+of the connection's loss by the same callback with no answer.
 """
 
 from __future__ import annotations
@@ -248,10 +250,9 @@ class Connection:
         self._queued += tokens
         if self._writing:
             return  # the writer takes these after what it is writing, in order
-        # Written here and now: the socket is non-blocking, and this saves the writer
-        # task's wake-up and trio's stream layers, which cost more than the write itself at
-        # a fleet's 100 batches a second per connection. What does not fit goes to the
-        # writer.
+        # Written here and now: this saves the writer task's wake-up and trio's stream
+        # layers, which cost more than the write itself at a batch per connection every
+        # tick of the fleet.
         self._stamp()
         try:
             written = os.write(self._fd, self._outbox)
@@ -329,8 +330,8 @@ class Connection:
         fd = self._fd
         while True:
             # The socket itself rather than the stream's receive_some, for the reason
-            # send_heartbeats writes directly: a read per batch of answers, 100 a second
-            # per connection. wait_readable is the checkpoint receive_some would be.
+            # send_heartbeats writes directly: a read per batch of answers, every tick per
+            # connection. wait_readable is the checkpoint receive_some would be.
             await trio.lowlevel.wait_readable(fd)
             try:
                 data = os.read(fd, READ_BYTES)

@@ -108,7 +108,7 @@ class Member:
     # Counts of members by state, kept as each one changes, for a fleet that shows its
     # members by state every second: counting 100k members each time costs more.
     tally: Counter[State] | None = field(default=None, repr=False, compare=False)
-    _state: State = field(default=State.UNJOINED, init=False, repr=False)
+    _state: State = field(default=State.UNJOINED, init=False)
     member_id: str = ""
     generation_id: int = -1
     leader: bool = False
