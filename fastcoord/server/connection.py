@@ -100,8 +100,10 @@ class Connection:
                 if not self.finishing:
                     nursery.cancel_scope.cancel()
                 # else the writer ends once every answer owed has been sent
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
-            pass  # the client went away: nothing to answer
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            # The client went away: nothing to answer. except*, since the nursery hands a
+            # reset met by the reader or the writer on in a group.
+            pass
         finally:
             self.closed = True
             await trio.aclose_forcefully(self.stream)

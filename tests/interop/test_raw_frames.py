@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import struct
 import time
 from collections.abc import Iterator
@@ -229,3 +230,31 @@ def test_heartbeats_with_bytes_after_them_are_answered(debug_server: ServerProce
             f"127.0.0.1:{port} sent HeartbeatRequest v3 with {count} bytes after the message",
         )
     assert "closing connection" not in debug_server.log()
+
+
+def test_a_client_that_goes_away_while_answers_wait_is_closed_quietly(
+    server: ServerProcess,
+) -> None:
+    """A client that resets its connection while the server's writes to it are blocked:
+    the connection ends without an error logged, and the server carries on."""
+    good, member_id = member(server)
+    gone, gone_id = member(server, "gone")
+    frame = framing.encode_request(
+        RequestHeader(ApiKey.HEARTBEAT, 3, 1, "raw"),
+        HeartbeatRequest("gone", 1, gone_id, None),
+    )
+    gone.sock.setblocking(False)
+    deadline = time.monotonic() + 60
+    while "has not read its answers" not in server.log():
+        assert time.monotonic() < deadline, server.log()
+        try:
+            gone.sock.send(frame * 10_000)
+        except BlockingIOError:
+            time.sleep(0.1)
+    # A reset, as from a crashed process: the server's blocked write fails.
+    gone.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    gone.sock.close()
+    assert heartbeat_ok(good, member_id)
+    time.sleep(1)
+    assert heartbeat_ok(good, member_id)
+    assert "Traceback" not in server.log() and "failed; closing it" not in server.log()
