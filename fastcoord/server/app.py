@@ -46,7 +46,7 @@ from fastcoord.protocol.messages import (
 )
 from fastcoord.protocol.schema import Request
 from fastcoord.protocol.versions import api_versions_response
-from fastcoord.server import startup
+from fastcoord.server import collector, startup
 from fastcoord.server.broker import Broker
 from fastcoord.server.connection import Connection, Slot
 from fastcoord.server.event_log import EventLog
@@ -409,6 +409,7 @@ async def _serve(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(server.clock)
         nursery.start_soon(server.load)
+        nursery.start_soon(collector.run)
         if server.event_log is not None:
             nursery.start_soon(server.event_log.run)
         accepting = trio.CancelScope()
