@@ -11,7 +11,6 @@ Messages to the parent: ("ready", info), ("second", Second), ("aborted", reason)
 
 from __future__ import annotations
 
-import gc
 import logging
 import signal
 import time
@@ -24,6 +23,7 @@ from fastcoord.client.connection import connect_reason
 from fastcoord.client.fleet import Fleet, FleetAborted, FleetConfig
 from fastcoord.loadtest import scenarios
 from fastcoord.loadtest.stats import Recorder
+from fastcoord.server import collector
 from fastcoord.server.startup import raise_file_limit
 
 LEAVE_TIMEOUT_S = 5.0
@@ -68,6 +68,9 @@ async def _run(job: Job, pipe: Pipe) -> None:
         pipe.send(("ready", {"cluster_id": fleet.cluster_id, "partitions": fleet.partitions}))
         reporter = _Reporter(job, pipe, fleet, recorder)
         nursery.start_soon(reporter.run, nursery.cancel_scope)
+        # A fleet of 100k members is a million long-lived objects: full collections over
+        # them stalled the loop 0.2-0.5 s every few seconds, latency of the generator's own.
+        nursery.start_soon(collector.run)
         with trio.CancelScope() as scenario_scope:
             reporter.scenario_scope = scenario_scope
             await scenarios.run(fleet, job.plan, job.worker, job.workers, deadline)
@@ -97,13 +100,6 @@ class _Reporter:
             self._second += 1
             await trio.sleep(max(0.0, start + self._second - time.time()))
             self.report(self._second)
-            # A fleet is a million long-lived objects (members, their seats, timers), and a
-            # full collection walking them stalled the loop for 0.2-0.5 s every few seconds
-            # at 100k members: latency that was the generator's own. Frozen objects are not
-            # walked, so each collection sees at most a second's allocations. The price: a
-            # reference cycle that became garbage in the last moments before a freeze is
-            # kept; the fleet makes few (its objects are freed by reference counting).
-            gc.freeze()
             reason = self.fleet.stalled()
             if reason is not None:
                 self.aborted = reason

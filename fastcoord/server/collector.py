@@ -1,4 +1,5 @@
-"""The garbage collector, kept from pausing a coordinator that holds 100k members.
+"""The garbage collector, kept from pausing a process that holds 100k members: the
+coordinator, and each loadtest worker.
 
 Members, groups, offsets and connections are a million long-lived objects at that scale,
 and Python's full collections walk all of them: 150-300 ms with nothing to collect, during

@@ -98,6 +98,15 @@ def server_events(server: ServerProcess) -> list[dict[str, Any]]:
         time.sleep(0.1)
 
 
+def scenario(
+    server: ServerProcess, out: Path, *args: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A loadtest with FAST timings that must pass: its summary, and the server's events."""
+    result = loadtest(server.bootstrap, out, *args, *FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return summary(out), server_events(server)
+
+
 def describe(server: ServerProcess, groups: list[str]) -> dict[str, tuple[str, int]]:
     with server.connect() as c:
         answer: Any = c.request(DescribeGroupsRequest(groups=groups), 5)
@@ -152,10 +161,9 @@ def test_steady_agrees_with_the_servers_view(server: ServerProcess, tmp_path: Pa
 
 
 def test_join_storm_times_each_group(server: ServerProcess, tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    result = loadtest(
-        server.bootstrap,
-        out,
+    s, events = scenario(
+        server,
+        tmp_path / "run",
         "--scenario",
         "join-storm",
         "--members",
@@ -168,12 +176,9 @@ def test_join_storm_times_each_group(server: ServerProcess, tmp_path: Path) -> N
         "5",
         "--members-per-connection",
         "5",
-        *FAST,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    storm = summary(out)["join_storm"]
+    storm = s["join_storm"]
     assert storm["groups"] == 2
-    events = server_events(server)
     # The server's own rebalance durations (from PreparingRebalance to Stable) fit within
     # what the members measured from their last JoinGroup to their last SyncGroup answer.
     rebalances = [e for e in events if e["kind"] == "sync_completed"]
@@ -182,10 +187,9 @@ def test_join_storm_times_each_group(server: ServerProcess, tmp_path: Path) -> N
 
 
 def test_churn_expires_the_crashed_and_nobody_else(server: ServerProcess, tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    result = loadtest(
-        server.bootstrap,
-        out,
+    s, events = scenario(
+        server,
+        tmp_path / "run",
         "--scenario",
         "churn",
         "--members",
@@ -198,11 +202,7 @@ def test_churn_expires_the_crashed_and_nobody_else(server: ServerProcess, tmp_pa
         "2",
         "--duration",
         "8",
-        *FAST,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    s = summary(out)
-    events = server_events(server)
     expired = [e for e in events if e["kind"] == "member_expired"]
     assert expired, "crashed members were not expired by the server"
     assert s["unexpected_expirations"] == 0
@@ -211,10 +211,9 @@ def test_churn_expires_the_crashed_and_nobody_else(server: ServerProcess, tmp_pa
 
 
 def test_static_restarts_cause_no_rebalance(server: ServerProcess, tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    result = loadtest(
-        server.bootstrap,
-        out,
+    s, events = scenario(
+        server,
+        tmp_path / "run",
         "--scenario",
         "static",
         "--members",
@@ -229,12 +228,8 @@ def test_static_restarts_cause_no_rebalance(server: ServerProcess, tmp_path: Pat
         "300",
         "--duration",
         "7",
-        *FAST,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    s = summary(out)
     assert s["rebalances"]["unexpected"] == 0
-    events = server_events(server)
     # The restarts happened (a static member's return is a join under a new member id)...
     joins = Counter(e["group_id"] for e in events if e["kind"] == "member_joined")
     assert sum(joins.values()) > 12 + 4
@@ -253,10 +248,9 @@ def test_static_restarts_cause_no_rebalance(server: ServerProcess, tmp_path: Pat
 
 
 def test_rolling_restart_waves_leave_and_rejoin(server: ServerProcess, tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    result = loadtest(
-        server.bootstrap,
-        out,
+    s, events = scenario(
+        server,
+        tmp_path / "run",
         "--scenario",
         "rolling-restart",
         "--members",
@@ -271,11 +265,7 @@ def test_rolling_restart_waves_leave_and_rejoin(server: ServerProcess, tmp_path:
         "1000",
         "--duration",
         "7",
-        *FAST,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    s = summary(out)
-    events = server_events(server)
     left = [e for e in events if e["kind"] == "member_left"]
     # Waves of 3 every second after the group settled, then everyone leaves at the end.
     assert len(left) >= 12 + 3 * 2
