@@ -176,13 +176,30 @@ class ServerConfig(
         ),
     ] = "auto"
     connections_max_idle_ms: Annotated[
-        int, _int(1), Doc(LIMITS, "a connection with nothing in flight is closed after", "ms")
+        int,
+        _int(1),
+        Doc(LIMITS, "a connection that moves no bytes either way is closed after", "ms"),
     ] = 600_000
     connection_max_inflight_requests: Annotated[
         int,
         _int(1, 1_000_000),
         Doc(LIMITS, "unanswered requests per connection before it is no longer read"),
     ] = 4096
+    connection_queued_max_response_bytes: Annotated[
+        int,
+        _int(1024),
+        Doc(LIMITS, "answers a connection may owe before it is no longer read", "bytes"),
+    ] = 67_108_864
+    queued_max_response_bytes: Annotated[
+        int,
+        _int(1024),
+        Doc(
+            LIMITS,
+            "answers all connections may owe together; past it, a connection that owes "
+            "answers is not read",
+            "bytes",
+        ),
+    ] = 536_870_912
     # -- logging and the event log
     log_level: Annotated[
         LogLevel,

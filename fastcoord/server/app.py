@@ -74,6 +74,7 @@ class Server:
         self._waiting_fetches: dict[int, tuple[Slot, Any]] = {}
         self._next_fetch = 0
         self.connections: set[Connection] = set()
+        self.owed_bytes = 0  # answers all connections owe: bounded by queued.max.response.bytes
         self.store = store
         self.event_log: EventLog | None = None
         self._timers_changed = trio.Event()
@@ -108,7 +109,7 @@ class Server:
         elif isinstance(request, ApiVersionsRequest):
             slot.answer(api_versions_response())
         elif isinstance(request, MetadataRequest):
-            slot.answer(self.broker.metadata(request, version))
+            slot.conn.fill(slot, self.broker.metadata_frame(request, version, slot.correlation_id))
         elif isinstance(request, FindCoordinatorRequest):
             slot.answer(self.broker.find_coordinator(request, version))
         elif isinstance(request, ListOffsetsRequest):

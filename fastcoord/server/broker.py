@@ -8,14 +8,20 @@ records. Sans-IO: these are functions of the configuration and the topic registr
 A Fetch names the consumer's position as the high watermark, so that a consumer that
 resumes from a committed offset sees no lag and no OFFSET_OUT_OF_RANGE; its position stays
 where its group left it.
+
+An every-topic Metadata answer is encoded once per version and kept until a topic is added:
+with thousands of partitions it takes milliseconds to build, and a client may ask for it
+many times a second.
 """
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 from fastcoord.config import ServerConfig
 from fastcoord.protocol.errors import ErrorCode
+from fastcoord.protocol.framing import encode_response
 from fastcoord.protocol.messages import (
     Coordinator,
     FetchableTopicResponse,
@@ -38,6 +44,7 @@ from fastcoord.protocol.messages import (
 CLUSTER_ID = "fastcoord-cluster"
 MAX_TOPICS = 100_000  # topics created on request; a client cannot grow this without bound
 KEY_TYPE_GROUP = 0
+_CORRELATION = struct.Struct(">i")
 
 
 class Broker:
@@ -47,6 +54,9 @@ class Broker:
         self.port = port
         self.node_id = config.node_id
         self.topics: dict[str, int] = config.declared_topics()
+        # version -> an every-topic Metadata frame (correlation id 0), for this many topics
+        self._every_topic: dict[int, bytes] = {}
+        self._every_topic_for: tuple[int, int] = (-1, -1)  # (topics, port) it was built for
 
     # -- Metadata -----------------------------------------------------------------------
 
@@ -56,9 +66,23 @@ class Broker:
             count = self.topics[name] = self.config.num_partitions
         return count
 
+    def metadata_frame(self, req: MetadataRequest, version: int, correlation_id: int) -> bytes:
+        """The Metadata answer as a frame; every-topic answers come from the cache."""
+        if not _every_topic(req, version):
+            return encode_response(correlation_id, version, self.metadata(req, version))
+        built_for = (len(self.topics), self.port)  # topics are only ever added
+        if self._every_topic_for != built_for:
+            self._every_topic.clear()
+            self._every_topic_for = built_for
+        frame = self._every_topic.get(version)
+        if frame is None:
+            frame = self._every_topic[version] = encode_response(
+                0, version, self.metadata(req, version)
+            )
+        return frame[:4] + _CORRELATION.pack(correlation_id) + frame[8:]
+
     def metadata(self, req: MetadataRequest, version: int) -> MetadataResponse:
-        # v0: an empty list means every topic; v1+: null means every topic.
-        every = req.topics is None or (version == 0 and not req.topics)
+        every = _every_topic(req, version)
         names = sorted(self.topics) if every else [t.name or "" for t in req.topics or []]
         create = self._creates(version < 4 or req.allow_auto_topic_creation)
         topics = []
@@ -193,6 +217,11 @@ class Broker:
                 )
             responses.append(FetchableTopicResponse(t.topic, partitions))
         return FetchResponse(error_code=ErrorCode.NONE, session_id=0, responses=responses)
+
+
+def _every_topic(req: MetadataRequest, version: int) -> bool:
+    # v0: an empty list means every topic; v1+: null means every topic.
+    return req.topics is None or (version == 0 and not req.topics)
 
 
 def topic_id(name: str) -> uuid.UUID:

@@ -1,9 +1,9 @@
 """One client connection: frames in, responses out in request order.
 
-Requests are decoded and handled as they arrive; each takes a slot in a queue, and the
-writer sends slots from the head as their responses are filled. A JoinGroup waiting for its
-rebalance holds only its own slot: the requests behind it are read and handled (many
-members may share one connection), and their responses wait their turn.
+Requests are decoded and handled as they arrive; each takes a slot in a queue, and answers
+leave from the head of the queue as they are filled. A JoinGroup waiting for its rebalance
+holds only its own slot: the requests behind it are read and handled (many members may
+share one connection), and their answers wait their turn.
 
 Except the requests of the same member. Kafka mutes a connection while a JoinGroup or
 SyncGroup waits, so a member's next request (its heartbeat, say) is handled only after that
@@ -13,11 +13,21 @@ ever. So a request of a member with a JoinGroup or SyncGroup unanswered on this 
 waits, in order, until that answer. With one member per connection, as real clients have,
 this is exactly Kafka's muting; members sharing a connection do not wait for each other.
 
-When a client stops reading, the queue reaches connection.max.inflight.requests and
-reading stops until it drains. A malformed frame closes this connection, with a log line
-naming the peer and the reason; nothing else is affected. Bytes after a well-formed
-request's message are ignored, as Kafka ignores them, with a DEBUG line per request. At
-shutdown the connection stops reading and closes once it has sent every answer it owes.
+Flow control. An answer is never cut: answers taken from the queue go to an output buffer
+that only the writer task waits on, and no cancellation reaches it but the connection's
+end, after which nothing is written. Owed answers are bounded by count
+(connection.max.inflight.requests) and by bytes, per connection
+(connection.queued.max.response.bytes) and for the server (queued.max.response.bytes, past
+which a connection that owes answers waits); past a bound the connection's requests are not
+read until its client reads. Idle means no bytes moved either way for
+connections.max.idle.ms, Kafka's rule: a connection that waits for its own answer is not
+idle, and one that owes ready answers and has written none for that long is closed, with a
+line saying what it owed. When the client goes, what it sent and was owed is dropped.
+
+A malformed frame closes this connection, with a log line naming the peer and the reason;
+nothing else is affected. Bytes after a well-formed request's message are ignored, as Kafka
+ignores them, with a DEBUG line per request. At shutdown the connection stops reading and
+closes once it has sent every answer it owes.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -46,6 +57,8 @@ log = logging.getLogger("fastcoord.server")
 _SIZE = struct.Struct(">i")
 READ_CHUNK = 65536
 SLOW_READER_S = 1.0  # a client that takes no answers for this long is logged
+WRITE_CHUNK = 1 << 20  # answers copied to the output buffer at a time
+SLICE_S = 0.002  # handling a run of requests yields to other connections this often
 
 
 class Slot:
@@ -62,7 +75,10 @@ class Slot:
         self.correlation_id = header.correlation_id if header else 0
 
     def answer(self, response: Response) -> None:
-        self.conn.fill(self, frames.encode_response(self.correlation_id, self.version, response))
+        if not self.conn.closed:  # a client that has gone costs no encoding
+            self.conn.fill(
+                self, frames.encode_response(self.correlation_id, self.version, response)
+            )
 
 
 class Connection:
@@ -78,18 +94,27 @@ class Connection:
         self.held: dict[str, deque[tuple[Slot, RequestHeader, Request]]] = {}
         self._buf = bytearray()  # bytes received; self._buf[:self._pos] are handled
         self._pos = 0
+        self._unhandled = False  # complete frames may wait in self._buf
+        self._out = bytearray()  # answers taken from the queue and not yet written whole
+        self._written = 0  # bytes written in all
+        self._out_ends: deque[int] = deque()  # where each answer in self._out ends, as _written
+        self.owed = 0  # bytes of answers filled and not yet written
         self.closed = False
         self.finishing = False  # shutting down: read nothing more, send what is owed
+        self._last_io = trio.current_time()  # when bytes last moved, either way
         self._reading = trio.CancelScope()
-        self._ready = trio.Event()  # the head slot may have data
-        self._sending = False  # a task is in _send_ready
-        self._reader_sends = False  # the reader will send what is ready: no need to wake
+        self._wake = trio.Event()  # the writer may have something to write
+        self._room = trio.Event()  # the reader may go on: the connection is within its bounds
+        self._reader_writes = False  # the reader will write what is ready: no need to wake
+        config = server.config
+        self._max_inflight = config.connection_max_inflight_requests
+        self._max_owed = config.connection_queued_max_response_bytes
+        self._max_owed_total = config.queued_max_response_bytes
         # Reads and writes go straight to the socket's descriptor (non-blocking, as Trio
         # set it), and wait through Trio only when it would block: a round trip then costs
         # one scheduler pass and a few system calls instead of several of each, which is
         # most of a lone heartbeat's latency.
         self._fd = stream.socket.fileno()
-        self._drained = trio.Event()  # the queue has room again
 
     async def run(self) -> None:
         try:
@@ -100,20 +125,34 @@ class Connection:
                 if not self.finishing:
                     nursery.cancel_scope.cancel()
                 # else the writer ends once every answer owed has been sent
-        except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
-            # The client went away: nothing to answer. except*, since the nursery hands a
-            # reset met by the reader or the writer on in a group.
-            pass
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as group:
+            # The client went away (a reset, a broken pipe): its doing, not a failure of
+            # ours. except*, since the reader and the writer may both meet it.
+            log.info("connection from %s ended by the client: %s", self.peer, _first(group))
         finally:
-            self.closed = True
+            self._discard()
             await trio.aclose_forcefully(self.stream)
+
+    def _discard(self) -> None:
+        """The connection is over: drop what was read and not handled, and what was owed."""
+        self.closed = True
+        self.server.owed_bytes -= self.owed
+        self.owed = 0
+        self.slots.clear()
+        self.held.clear()
+        self._out = bytearray()
+        self._out_ends.clear()
+        self._buf = bytearray()
+        self._pos = 0
 
     def fill(self, slot: Slot, data: bytes) -> None:
         if self.closed:
             return
         slot.data = data
-        if self.slots and self.slots[0] is slot and not self._reader_sends:
-            self._ready.set()
+        self.owed += len(data)
+        self.server.owed_bytes += len(data)
+        if self.slots and self.slots[0] is slot and not self._reader_writes:
+            self._wake.set()
         if slot.holds is not None:
             self._release(slot.holds)
 
@@ -145,7 +184,7 @@ class Connection:
         """Shutdown: stop reading; the writer sends the answers owed, then we close."""
         self.finishing = True
         self._reading.cancel()
-        self._ready.set()
+        self._wake.set()
 
     def close(self, reason: str) -> None:
         log.warning("closing connection from %s: %s", self.peer, reason)
@@ -155,13 +194,17 @@ class Connection:
 
     async def _reader(self) -> None:
         idle_s = self.server.config.connections_max_idle_ms / 1000
-        last_read = trio.current_time()
+        waited_from = self._last_io  # idleness is counted from here or the last bytes moved
         while not self.closed:
             # One idle deadline serves many reads: it moves only when it fires early, so a
             # busy connection does not pay for a new cancel scope on every read. Progress
             # lives in self._buf and self._pos, so a cancel anywhere loses nothing.
-            with trio.CancelScope(deadline=last_read + idle_s) as idle:
+            deadline = max(self._last_io, waited_from) + idle_s
+            with trio.CancelScope(deadline=deadline) as idle:
                 while not self.closed:
+                    if self._unhandled:  # a cancel stopped the handling part-way: go on
+                        await self._answer_buffered()
+                        continue
                     try:
                         data = os.read(self._fd, READ_CHUNK)
                     except BlockingIOError:
@@ -169,40 +212,62 @@ class Connection:
                         continue
                     if not data:
                         return
-                    last_read = trio.current_time()
+                    self._last_io = trio.current_time()
                     if self._pos:
                         del self._buf[: self._pos]
                         self._pos = 0
                     self._buf += data
-                    # Answer from this task: no wake-up of the writer for what is ready now.
-                    # If the client does not read, this blocks, and we stop reading it.
-                    self._reader_sends = True
-                    try:
-                        await self._handle_frames()
-                        if self.closed:
-                            return
-                        await self._send_ready()
-                    finally:
-                        self._reader_sends = False
+                    self._unhandled = True
+                    await self._answer_buffered()
+                    if self.closed:
+                        return
                     if len(data) < READ_CHUNK:
                         # Most likely all there was: wait for more rather than read again.
                         await trio.lowlevel.wait_readable(self._fd)
                     else:
                         await trio.lowlevel.checkpoint()  # let other connections run
-            if idle.cancelled_caught and trio.current_time() >= last_read + idle_s:
-                if self.slots:
-                    last_read = trio.current_time()
-                    continue  # waiting for our own answers is not idleness
-                log.info("closing idle connection from %s", self.peer)
+            if not idle.cancelled_caught:
+                continue
+            now = trio.current_time()
+            if now < max(self._last_io, waited_from) + idle_s:
+                continue  # bytes moved since the deadline was set
+            if self._out or (self.slots and self.slots[0].data is not None):
+                self.close(
+                    f"it has taken no answer for {idle_s * 1000:.0f} ms "
+                    f"(connections.max.idle.ms): "
+                    f"{len(self.slots) + len(self._out_ends)} answers owed, "
+                    f"{self.owed} bytes waiting"
+                )
                 return
+            if self.slots:
+                waited_from = now  # waiting for our own answers is not idleness
+                continue
+            log.info("closing idle connection from %s", self.peer)
+            return
+
+    async def _answer_buffered(self) -> None:
+        """Handle the frames received, and write the answers ready from this task: no
+        wake-up of the writer for what is ready now."""
+        self._reader_writes = True
+        try:
+            await self._handle_frames()
+            if not self.closed and not self._write_ready():
+                self._wake.set()  # the socket is full: the writer waits for it
+        finally:
+            self._reader_writes = False
+        self._unhandled = False
 
     async def _handle_frames(self) -> None:
-        """Handle every complete frame in the buffer; stop reading while the client does
-        not read its answers."""
-        config = self.server.config
-        max_size = config.socket_request_max_bytes
+        """Handle every complete frame in the buffer; stop reading while the connection
+        owes more than its bounds, and let other connections run now and then."""
+        max_size = self.server.config.socket_request_max_bytes
         buf = self._buf
+        started = time.perf_counter()
         while not self.closed:
+            if self._over_bounds():
+                await self._wait_for_room()
+                started = time.perf_counter()
+                continue  # closed meanwhile, or within bounds again
             self._pos = self._answer_heartbeats(buf, self._pos, max_size)
             pos = self._pos
             if len(buf) - pos < 4:
@@ -213,12 +278,33 @@ class Connection:
                 return
             if len(buf) - pos - 4 < size:
                 return
-            while len(self.slots) >= config.connection_max_inflight_requests:
-                # The client is not reading its answers: stop reading its requests.
-                self._drained = trio.Event()
-                await self._drained.wait()
             self._pos = pos + 4 + size
             self._handle(bytes(buf[pos + 4 : pos + 4 + size]))
+            if time.perf_counter() - started > SLICE_S:
+                # A run of costly requests must not hold up every other connection.
+                await trio.lowlevel.checkpoint()
+                started = time.perf_counter()
+
+    def _over_bounds(self) -> bool:
+        return (
+            len(self.slots) >= self._max_inflight
+            or self.owed >= self._max_owed
+            or (self.owed > 0 and self.server.owed_bytes >= self._max_owed_total)
+        )
+
+    async def _wait_for_room(self) -> None:
+        """The client is not reading its answers fast enough: stop reading its requests
+        until the writer has moved enough of them."""
+        reader_writes, self._reader_writes = self._reader_writes, False  # fills wake the writer
+        try:
+            while self._over_bounds() and not self.closed:
+                if self._write_ready() and not self._over_bounds():
+                    return
+                self._room = trio.Event()
+                self._wake.set()
+                await self._room.wait()
+        finally:
+            self._reader_writes = reader_writes
 
     def _answer_heartbeats(self, buf: bytearray, pos: int, max_size: int) -> int:
         """The fast path: heartbeats the member table answers alone, from the receive buffer
@@ -280,56 +366,66 @@ class Connection:
 
     # -- writing ------------------------------------------------------------------------
 
+    def _write_ready(self) -> bool:
+        """Write what is ready, as much as the socket takes now, without waiting; True when
+        nothing ready is left unwritten. Bytes taken from the queue stay in self._out until
+        written, so a stop anywhere cuts no answer."""
+        out = self._out
+        slots = self.slots
+        while slots and len(out) < WRITE_CHUNK and (data := slots[0].data) is not None:
+            slots.popleft()
+            out += data
+            self._out_ends.append(self._written + len(out))
+        if not out:
+            return True
+        try:
+            sent = os.write(self._fd, out)
+        except BlockingIOError:
+            return False
+        del out[:sent]
+        self._written += sent
+        ends = self._out_ends
+        while ends and ends[0] <= self._written:
+            ends.popleft()
+        self.owed -= sent
+        self.server.owed_bytes -= sent
+        self._last_io = trio.current_time()
+        if not self._room.is_set() and not self._over_bounds():
+            self._room.set()
+        return not out and not (slots and slots[0].data is not None)
+
     async def _writer(self) -> None:
-        """Send answers that become ready while the reader waits (a JoinGroup completed by
-        another member, a Fetch whose wait is over)."""
+        """Write what the reader could not: answers filled while it waits (a JoinGroup
+        completed by another member, a Fetch whose wait is over), and what a full socket
+        did not take. This task alone waits for the socket to take more."""
+        warned = False  # the client was logged as not reading
         while True:
-            while not (self.slots and self.slots[0].data is not None):
+            if self._write_ready():
+                if warned:
+                    log.info("client at %s reads its answers again", self.peer)
+                    warned = False
                 if (self.closed or self.finishing) and not self.slots:
                     return
-                self._ready = trio.Event()
-                await self._ready.wait()
-            await self._send_ready()
-
-    async def _send_ready(self) -> None:
-        """Send every answer ready at the head of the queue. One task sends at a time, and
-        it sends until nothing is ready, so an answer filled meanwhile is not left behind."""
-        if self._sending:
-            return
-        self._sending = True
-        try:
-            while self.slots and self.slots[0].data is not None:
-                out = bytearray()
-                while self.slots and (data := self.slots[0].data) is not None:
-                    self.slots.popleft()
-                    out += data
-                await self._send_all(out)
-            if len(self.slots) < self.server.config.connection_max_inflight_requests:
-                self._drained.set()
-        finally:
-            self._sending = False
-
-    async def _send_all(self, data: bytearray) -> None:
-        view = memoryview(data)
-        sent = 0
-        stalled = False
-        while sent < len(view):
-            try:
-                sent += os.write(self._fd, view[sent:])
-            except BlockingIOError:
-                if stalled:
-                    await trio.lowlevel.wait_writable(self._fd)
-                    continue
+                self._wake = trio.Event()
+                await self._wake.wait()
+            elif warned:
+                await trio.lowlevel.wait_writable(self._fd)
+            else:
                 with trio.move_on_after(SLOW_READER_S) as slow:
                     await trio.lowlevel.wait_writable(self._fd)
                 if slow.cancelled_caught:
-                    stalled = True
+                    warned = True
                     log.warning(
-                        "client at %s has not read its answers for %.0f s: not reading its "
-                        "requests until it does (%d bytes waiting)",
+                        "client at %s has not read its answers for %.0f s (%d bytes waiting)",
                         self.peer,
                         SLOW_READER_S,
-                        len(view) - sent,
+                        self.owed,
                     )
-        if stalled:
-            log.info("client at %s reads its answers again", self.peer)
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> str:
+    """The first exception of a (possibly nested) group, for a log line."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -126,36 +126,62 @@ def test_pipelined_heartbeats_are_answered_in_order_whatever_path_they_take(
         assert (got_correlation, response.error_code) == (correlation, expected)
 
 
-def test_a_client_that_does_not_read_is_not_read_either(server: ServerProcess) -> None:
-    """Answers a client does not take are not piled up without bound: the server stops
-    reading that client, whose sends then block; everyone else carries on."""
-    good, member_id = member(server)
-    greedy, greedy_id = member(server, "greedy")
-    frame = framing.encode_request(
-        RequestHeader(ApiKey.HEARTBEAT, 3, 1, "raw"),
-        HeartbeatRequest("greedy", 1, greedy_id, None),
-    )
-    chunk = frame * 10_000
-    greedy.sock.setblocking(False)
-    accepted, limit = 0, 256 << 20
-    deadline = time.monotonic() + 20
-    while accepted < limit and time.monotonic() < deadline:
+class Flood:
+    """A member's heartbeat sent over and over on its non-blocking socket, as fast as the
+    server takes it; a partial send is finished, never started again."""
+
+    def __init__(self, c: Connection, group: str, member_id: str) -> None:
+        frame = framing.encode_request(
+            RequestHeader(ApiKey.HEARTBEAT, 3, 1, "raw"),
+            HeartbeatRequest(group, 1, member_id, None),
+        )
+        c.sock.setblocking(False)
+        self.sock = c.sock
+        self.chunk = frame * 10_000
+        self.pending = memoryview(self.chunk)
+        self.sent = 0
+
+    def send(self) -> bool:
+        """Send what the socket takes now; False if it takes nothing."""
         try:
-            accepted += greedy.sock.send(chunk)
+            n = self.sock.send(self.pending)
         except BlockingIOError:
-            time.sleep(0.05)  # blocked: has the server stopped reading for good?
-            try:
-                accepted += greedy.sock.send(chunk)
-            except BlockingIOError:
-                break
-    assert accepted < limit, "the server kept reading a client that reads nothing"
-    assert heartbeat_ok(good, member_id)  # the server and other clients carry on
-    # Logged once the server's own writes have blocked for a second; with the twins the
-    # server works through what it read more slowly, so allow for that.
-    deadline = time.monotonic() + 60
-    while "has not read its answers" not in server.log() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert f"client at 127.0.0.1:{greedy.sock.getsockname()[1]} has not read" in server.log()
+            return False
+        self.sent += n
+        self.pending = self.pending[n:] or memoryview(self.chunk)
+        return True
+
+
+def test_a_client_that_does_not_read_is_not_read_either(tmp_path: Path) -> None:
+    """Answers a client does not take are not piled up without bound: once it owes
+    connection.queued.max.response.bytes the server stops reading that client, whose sends
+    then block; everyone else carries on."""
+    with fastcoord_server(
+        tmp_path,
+        "--group-initial-rebalance-delay-ms",
+        "0",
+        "--connection-queued-max-response-bytes",
+        str(1 << 20),
+    ) as server:
+        good, member_id = member(server)
+        greedy, greedy_id = member(server, "greedy")
+        flood = Flood(greedy, "greedy", greedy_id)
+        # 1 MiB of heartbeat answers is about 4 MiB of requests, plus what the sockets hold.
+        limit = 256 << 20
+        deadline = time.monotonic() + 20
+        while flood.sent < limit and time.monotonic() < deadline:
+            if not flood.send():
+                time.sleep(0.05)  # blocked: has the server stopped reading for good?
+                if not flood.send():
+                    break
+        assert flood.sent < limit, "the server kept reading a client that reads nothing"
+        assert heartbeat_ok(good, member_id)  # the server and other clients carry on
+        # Logged once the server's own writes have blocked for a second; with the twins the
+        # server works through what it read more slowly, so allow for that.
+        deadline = time.monotonic() + 60
+        while "has not read its answers" not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert f"client at 127.0.0.1:{greedy.sock.getsockname()[1]} has not read" in server.log()
 
 
 # -- bytes after a request's message: ignored, as Kafka ignores them -----------------------
@@ -239,22 +265,20 @@ def test_a_client_that_goes_away_while_answers_wait_is_closed_quietly(
     the connection ends without an error logged, and the server carries on."""
     good, member_id = member(server)
     gone, gone_id = member(server, "gone")
-    frame = framing.encode_request(
-        RequestHeader(ApiKey.HEARTBEAT, 3, 1, "raw"),
-        HeartbeatRequest("gone", 1, gone_id, None),
-    )
-    gone.sock.setblocking(False)
+    flood = Flood(gone, "gone", gone_id)
     deadline = time.monotonic() + 60
     while "has not read its answers" not in server.log():
         assert time.monotonic() < deadline, server.log()
-        try:
-            gone.sock.send(frame * 10_000)
-        except BlockingIOError:
+        if not flood.send():
             time.sleep(0.1)
     # A reset, as from a crashed process: the server's blocked write fails.
+    port = gone.sock.getsockname()[1]
     gone.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     gone.sock.close()
     assert heartbeat_ok(good, member_id)
     time.sleep(1)
     assert heartbeat_ok(good, member_id)
     assert "Traceback" not in server.log() and "failed; closing it" not in server.log()
+    # One INFO line says so.
+    ended = [line for line in server.log().splitlines() if f"127.0.0.1:{port} ended by" in line]
+    assert len(ended) == 1 and " INFO " in ended[0], ended
