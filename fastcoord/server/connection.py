@@ -263,7 +263,7 @@ class Connection:
         max_size = self.server.config.socket_request_max_bytes
         buf = self._buf
         started = time.perf_counter()
-        while not self.closed:
+        while not self.closed and len(buf) - self._pos >= 4:
             if self._over_bounds():
                 await self._wait_for_room()
                 started = time.perf_counter()
@@ -280,7 +280,7 @@ class Connection:
                 return
             self._pos = pos + 4 + size
             self._handle(bytes(buf[pos + 4 : pos + 4 + size]))
-            if time.perf_counter() - started > SLICE_S:
+            if len(buf) - self._pos >= 4 and time.perf_counter() - started > SLICE_S:
                 # A run of costly requests must not hold up every other connection.
                 await trio.lowlevel.checkpoint()
                 started = time.perf_counter()
