@@ -15,6 +15,7 @@ deadline, and the member's timer, when it fires early, re-arms at that deadline.
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -88,6 +89,12 @@ class Coordinator:
         self._appends: dict[int, list[AppendCallback]] = {}
         self._next_append = 1
         self._result: Result | None = None
+        # Timers the wheel has fired that advance() has not handled yet (it was given a
+        # limit): their keys, in deadline order, and which of them are still due (a key
+        # scheduled or cancelled meanwhile is not).
+        self._due_order: deque[TimerKey] = deque()
+        self._due: set[TimerKey] = set()
+        self._due_since = now_ms
         self.schedule(("retention",), now_ms + self.config.offsets_retention_check_interval_ms)
 
     # -- entry points -------------------------------------------------------------------
@@ -139,17 +146,32 @@ class Coordinator:
         returns a code >= 0): nothing is loading, unloaded or shutting down."""
         return self.active and not self.loading_partitions and self.owned_partitions is None
 
-    def advance(self, now_ms: int) -> Result:
-        """Move time to now_ms and fire every due timer, in deadline order."""
+    def advance(self, now_ms: int, limit: int | None = None) -> Result:
+        """Move time to now_ms and fire due timers in deadline order: every one, or at most
+        `limit`. The rest stay due (next_deadline() is then now_ms) and are fired first by
+        the next call, so that a burst (a rebalance of 100k members arms their sessions
+        in the same millisecond) is handled in parts, with requests served between them."""
         result = self._begin()
         try:
+            order, due = self._due_order, self._due
             for key in self.wheel.advance(now_ms):
-                self._fire(key, now_ms, result)
+                order.append(key)
+                due.add(key)
+            self._due_since = now_ms
+            fired = 0
+            while order and (limit is None or fired < limit):
+                key = order.popleft()
+                if key in due:  # else scheduled again or cancelled since it fell due
+                    due.remove(key)
+                    self._fire(key, now_ms, result)
+                    fired += 1
         finally:
             self._result = None
         return result
 
     def next_deadline(self) -> int | None:
+        if self._due:
+            return self._due_since  # timers fell due that advance() has not fired yet
         deadline: int | None = self.wheel.next_deadline()
         return deadline
 
@@ -184,11 +206,15 @@ class Coordinator:
         return self._result
 
     def schedule(self, key: TimerKey, deadline_ms: int) -> None:
+        if self._due:
+            self._due.discard(key)  # the new deadline replaces one that fell due
         self.wheel.schedule(key, deadline_ms)
         if self._result is not None:
             self._result.timers.append((key, deadline_ms))
 
     def cancel(self, key: TimerKey) -> None:
+        if self._due:
+            self._due.discard(key)
         if self.wheel.cancel(key) and self._result is not None:
             self._result.timers.append((key, None))
 
