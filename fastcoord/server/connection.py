@@ -35,7 +35,6 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -58,7 +57,6 @@ _SIZE = struct.Struct(">i")
 READ_CHUNK = 65536
 SLOW_READER_S = 1.0  # a client that takes no answers for this long is logged
 WRITE_CHUNK = 1 << 20  # answers copied to the output buffer at a time
-SLICE_S = 0.002  # handling a run of requests yields to other connections after this much CPU
 
 
 class Slot:
@@ -259,18 +257,12 @@ class Connection:
 
     async def _handle_frames(self) -> None:
         """Handle every complete frame in the buffer; stop reading while the connection
-        owes more than its bounds, and let other connections run now and then."""
+        owes more than its bounds."""
         max_size = self.server.config.socket_request_max_bytes
         buf = self._buf
-        # This run's CPU time so far: taken once a second frame waits (a lone request pays
-        # no clock), and CPU time rather than the wall clock, so that a busy host does not
-        # split a run that costs little (splitting one lets timers fire in the middle of a
-        # connection's JoinGroups).
-        started: float | None = None
         while not self.closed and len(buf) - self._pos >= 4:
             if self._over_bounds():
                 await self._wait_for_room()
-                started = None
                 continue  # closed meanwhile, or within bounds again
             self._pos = self._answer_heartbeats(buf, self._pos, max_size)
             pos = self._pos
@@ -283,19 +275,11 @@ class Connection:
             if len(buf) - pos - 4 < size:
                 return
             self._pos = pos + 4 + size
+            # A read's frames are handled in one go, without yielding: yielding part-way
+            # let the members of a load generator sharing this connection interleave their
+            # JoinGroups so that answers queued behind JoinGroups waiting for a rebalance,
+            # and 100k members did not form their groups. A read is at most READ_CHUNK.
             self._handle(bytes(buf[pos + 4 : pos + 4 + size]))
-            if len(buf) - self._pos < 4:
-                return
-            now = time.thread_time()
-            if started is None:
-                started = now
-            elif now - started > SLICE_S:
-                # A run of costly requests must not hold up every other connection. Write
-                # what is ready meanwhile: the client gets it sooner, and a client that has
-                # gone is found out (the write fails) before more of its requests are handled.
-                self._write_ready()
-                await trio.lowlevel.checkpoint()
-                started = None
 
     def _over_bounds(self) -> bool:
         return (
