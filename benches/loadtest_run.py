@@ -25,14 +25,11 @@ import pyarrow.dataset as ds
 
 from fastcoord.loadtest.histogram import Histogram
 from fastcoord.testing import child_env, fastcoord_server
-from fastcoord.testing_cpu import cores, sched_seconds
+from fastcoord.testing_cpu import cores, rss_bytes, sched_seconds
 
 
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return rss_bytes(pid) / (1 << 20)
 
 
 def window_figures(out: Path, first: int, last: int) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""CPU accounting for benchmarks of test servers (fastcoord.testing): which cores the client
-and the server get, and the CPU time a process or thread used and waited for.
+"""CPU and memory accounting for benchmarks of test servers (fastcoord.testing): which cores
+the client and the server get, the CPU time a process or thread used and waited for, and a
+process's resident memory.
 
 A rate measured on a shared host says little alone; the server's CPU time per request
 and the time its process waited for a core (the host's contention) say why it moved.
@@ -10,6 +11,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+
+def rss_bytes(pid: int) -> int:
+    """A process's resident memory (VmRSS), in bytes; Linux only."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
 
 
 def cores() -> tuple[int | None, int | None]:

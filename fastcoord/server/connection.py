@@ -94,8 +94,6 @@ class Connection:
         self._pos = 0
         self._unhandled = False  # complete frames may wait in self._buf
         self._out = bytearray()  # answers taken from the queue and not yet written whole
-        self._written = 0  # bytes written in all
-        self._out_ends: deque[int] = deque()  # where each answer in self._out ends, as _written
         self.owed = 0  # bytes of answers filled and not yet written
         self.closed = False
         self.finishing = False  # shutting down: read nothing more, send what is owed
@@ -139,7 +137,6 @@ class Connection:
         self.slots.clear()
         self.held.clear()
         self._out = bytearray()
-        self._out_ends.clear()
         self._buf = bytearray()
         self._pos = 0
 
@@ -232,9 +229,8 @@ class Connection:
             if self._out or (self.slots and self.slots[0].data is not None):
                 self.close(
                     f"it has taken no answer for {idle_s * 1000:.0f} ms "
-                    f"(connections.max.idle.ms): "
-                    f"{len(self.slots) + len(self._out_ends)} answers owed, "
-                    f"{self.owed} bytes waiting"
+                    f"(connections.max.idle.ms): {self.owed} bytes waiting, "
+                    f"{len(self.slots)} more answers queued"
                 )
                 return
             if self.slots:
@@ -371,7 +367,6 @@ class Connection:
         while slots and len(out) < WRITE_CHUNK and (data := slots[0].data) is not None:
             slots.popleft()
             out += data
-            self._out_ends.append(self._written + len(out))
         if not out:
             return True
         try:
@@ -379,10 +374,6 @@ class Connection:
         except BlockingIOError:
             return False
         del out[:sent]
-        self._written += sent
-        ends = self._out_ends
-        while ends and ends[0] <= self._written:
-            ends.popleft()
         self.owed -= sent
         self.server.owed_bytes -= sent
         self._last_io = trio.current_time()

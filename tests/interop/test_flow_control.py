@@ -15,7 +15,7 @@ from fastcoord.client.stalling import every_topic_metadata, new_member_join, pip
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.messages import ApiVersionsRequest
 from fastcoord.testing import ServerProcess, fastcoord_server
-from fastcoord.testing_cpu import sched_seconds
+from fastcoord.testing_cpu import rss_bytes, sched_seconds
 
 # 200 topics of 50 partitions: an every-topic Metadata answer is about 260 KB.
 TOPICS = [arg for i in range(200) for arg in ("--topic", f"t{i}:50")]
@@ -117,13 +117,6 @@ def test_a_client_that_never_reads_costs_its_bound_and_nothing_once_gone(
         other.send(ApiVersionsRequest(), 0)
         assert other.receive(ApiKey.API_VERSIONS, 0).error_code == 0
         other.close()
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def cpu_share(pid: int, seconds: float) -> float:
