@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-SOURCES := pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.h)
+SOURCES := pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.pxi _ext/*.h)
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed-test
 

@@ -10,9 +10,9 @@ reflected polynomial 0x82F63B78, initial value and final XOR 0xFFFFFFFF, so that
 crc32c(b"123456789") == 0xE3069283. Passing a result back as `crc` continues it:
 crc32c(a + b) == crc32c(b, crc32c(a)).
 
-Computed with the CPU's CRC32 instruction (SSE4.2, _ext/crc32c_hw.h) when it has one, found
-at import, else with a slicing-by-8 table. Inputs above NOGIL_BYTES are checksummed without
-the GIL. Inputs are bytes, bytearray or a C-contiguous memoryview of one-byte items; anything
+Computed with the CPU's CRC32 instruction (SSE4.2) when it has one, found at import, else
+with a slicing-by-8 table (both in _ext/crc32c.h). Inputs above NOGIL_BYTES are checksummed
+without the GIL. Inputs are bytes, bytearray or a C-contiguous memoryview of one-byte items; anything
 else raises the TypeError or ValueError that the twin raises, checked in the same order.
 
 Twin: fastcoord/storage/crc32c.py, the same function in plain Python. tests/storage/
@@ -29,75 +29,32 @@ from libc.stdint cimport uint32_t, uint64_t
 
 import operator
 
-cdef extern from "crc32c_hw.h" nogil:
-    int fastcoord_crc32c_have_sse42()
-    uint32_t fastcoord_crc32c_sse42(uint32_t state, const unsigned char* p, size_t n)
+cdef extern from "crc32c.h" nogil:
+    void fastcoord_crc32c_init()
+    int fastcoord_crc32c_use_sse42
+    uint32_t fastcoord_crc32c_table_update(uint32_t state, const unsigned char* p, size_t n)
+    uint32_t fastcoord_crc32c_update(uint32_t state, const unsigned char* p, size_t n)
 
 cdef enum:
     # Above this many bytes the GIL is released: 64 KiB take about 8 us with SSE4.2 and
     # 30 us with the table, against the ~0.1 us that releasing and taking it back costs.
     NOGIL_BYTES = 65536
 
-cdef uint32_t POLYNOMIAL = 0x82F63B78  # Castagnoli's, bit-reflected
 cdef uint32_t MASK32 = 0xFFFFFFFF
 
-# _TABLE[k][b]: the register after the byte b followed by k zero bytes, from a zero register.
-# _TABLE[0] is the textbook byte-at-a-time table; 1 to 7 let 8 bytes go in one step.
-cdef uint32_t _TABLE[8][256]
-
-
-cdef void _fill_table() noexcept:
-    cdef uint32_t c
-    cdef int b, k, bit
-    for b in range(256):
-        c = b
-        for bit in range(8):
-            c = (c >> 1) ^ POLYNOMIAL if c & 1 else c >> 1
-        _TABLE[0][b] = c
-    for k in range(1, 8):
-        for b in range(256):
-            c = _TABLE[k - 1][b]
-            _TABLE[k][b] = (c >> 8) ^ _TABLE[0][c & 0xFF]
-
-
-_fill_table()
-cdef bint _sse42 = fastcoord_crc32c_have_sse42() != 0
+fastcoord_crc32c_init()
+cdef bint _sse42 = fastcoord_crc32c_use_sse42 != 0
 
 # Whether crc32c uses the CRC32 instruction (for tests and benchmarks; not in the twin).
 _SSE42: bool = _sse42
-
-
-cdef inline uint32_t _load_le32(const unsigned char* p) noexcept nogil:
-    return (<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16)
-            | (<uint32_t>p[3] << 24))
-
-
-cdef uint32_t _update_table(uint32_t state, const unsigned char* p, size_t n) noexcept nogil:
-    """The register after n bytes at p, slicing-by-8: the register is XORed into the next
-    eight bytes, and each of them, k bytes from the end of the eight, adds _TABLE[k] of it."""
-    cdef uint32_t lo, hi
-    while n >= 8:
-        lo = state ^ _load_le32(p)
-        hi = _load_le32(p + 4)
-        state = (_TABLE[7][lo & 0xFF] ^ _TABLE[6][(lo >> 8) & 0xFF]
-                 ^ _TABLE[5][(lo >> 16) & 0xFF] ^ _TABLE[4][lo >> 24]
-                 ^ _TABLE[3][hi & 0xFF] ^ _TABLE[2][(hi >> 8) & 0xFF]
-                 ^ _TABLE[1][(hi >> 16) & 0xFF] ^ _TABLE[0][hi >> 24])
-        p += 8
-        n -= 8
-    while n > 0:
-        state = _TABLE[0][(state ^ p[0]) & 0xFF] ^ (state >> 8)
-        p += 1
-        n -= 1
-    return state
 
 
 cdef inline uint32_t _update(
     uint32_t state, const unsigned char* p, size_t n, bint sse42
 ) noexcept nogil:
     if sse42:
-        return fastcoord_crc32c_sse42(state, p, n)
-    return _update_table(state, p, n)
+        return fastcoord_crc32c_update(state, p, n)
+    return fastcoord_crc32c_table_update(state, p, n)
 
 
 cdef long long _checked_crc(object crc) except -1:

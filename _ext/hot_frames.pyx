@@ -25,15 +25,13 @@ Wire layouts (HeartbeatRequest.json, HeartbeatResponse.json, RequestHeader.json)
 
 cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
-from libc.string cimport memcmp
 
 from fastcoord.protocol import framing
 from fastcoord.protocol.errors import ProtocolError
 from fastcoord.protocol.headers import RequestHeader
 from fastcoord.protocol.messages import HeartbeatRequest, HeartbeatResponse
+
+include "cursor.pxi"
 
 cdef extern from "debug.h":
     int FASTCOORD_DEBUG
@@ -52,36 +50,6 @@ cdef object _HeartbeatRequest = HeartbeatRequest
 cdef object _HeartbeatResponse = HeartbeatResponse
 
 
-class _Irregular(Exception):
-    """Internal: the frame is not the common case; let the schema-driven codec answer."""
-
-
-cdef struct Cursor:
-    const uint8_t* p
-    Py_ssize_t pos
-    Py_ssize_t end
-
-
-cdef inline int need(Cursor* c, Py_ssize_t n) except -1:
-    if n > c.end - c.pos:
-        raise _Irregular()
-    return 0
-
-
-cdef inline int32_t read_int32(Cursor* c) except? -1:
-    need(c, 4)
-    cdef const uint8_t* q = c.p + c.pos
-    c.pos += 4
-    return <int32_t>((<uint32_t>q[0] << 24) | (<uint32_t>q[1] << 16) | (<uint32_t>q[2] << 8) | q[3])
-
-
-cdef inline int16_t read_int16(Cursor* c) except? -1:
-    need(c, 2)
-    cdef const uint8_t* q = c.p + c.pos
-    c.pos += 2
-    return <int16_t>((q[0] << 8) | q[1])
-
-
 cdef inline Py_ssize_t read_uvarint_small(Cursor* c) except -1:
     # Lengths and tag counts of a Heartbeat fit in two varint bytes (up to 16383);
     # anything longer goes to the generic codec.
@@ -98,57 +66,9 @@ cdef inline Py_ssize_t read_uvarint_small(Cursor* c) except -1:
     return (b0 & 0x7F) | (<Py_ssize_t>b1 << 7)
 
 
-cdef inline object read_utf8(Cursor* c, Py_ssize_t n):
-    need(c, n)
-    cdef const char* s = <const char*>(c.p + c.pos)
-    c.pos += n
-    try:
-        return PyUnicode_DecodeUTF8(s, n, NULL)
-    except UnicodeDecodeError:
-        raise _Irregular()
-
-
-@cython.final
-cdef class _LastString:
-    """The last string decoded in one position of the frame, with its UTF-8 bytes.
-
-    Client id, group id and member id repeat from one heartbeat to the next on a
-    connection; comparing bytes and returning the same str saves a decode, an allocation,
-    and (the str keeps its hash) hashing it again for the member table's lookups. When
-    many members share a connection the member id misses, at the cost of one small copy.
-    """
-
-    cdef bytes raw
-    cdef object text
-
-    cdef object decode(self, Cursor* c, Py_ssize_t n):
-        need(c, n)
-        cdef const char* s = <const char*>(c.p + c.pos)
-        if (
-            self.raw is not None
-            and PyBytes_GET_SIZE(self.raw) == n
-            and memcmp(PyBytes_AS_STRING(self.raw), s, n) == 0
-        ):
-            c.pos += n
-            return self.text
-        text = read_utf8(c, n)
-        self.raw = PyBytes_FromStringAndSize(s, n)
-        self.text = text
-        return text
-
-
 cdef _LastString _client_id = _LastString()
 cdef _LastString _group_id = _LastString()
 cdef _LastString _member_id = _LastString()
-
-
-cdef inline object read_string(Cursor* c, bint nullable, _LastString last=None):
-    cdef Py_ssize_t n = read_int16(c)
-    if n == -1 and nullable:
-        return None
-    if n < 0:
-        raise _Irregular()
-    return read_utf8(c, n) if last is None else last.decode(c, n)
 
 
 cdef inline object read_compact_string(Cursor* c, bint nullable, _LastString last=None):

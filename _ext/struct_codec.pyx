@@ -71,6 +71,10 @@ cdef enum:
     OP_STRUCT = 18
     INT16_MAX = 0x7FFF
 
+# Typed here: a literal over 2**31 in an expression would be a Python int, and the
+# comparison a Python one.
+cdef uint64_t UINT32_MAX = 0xFFFFFFFF
+
 OPS = {
     "INT8": OP_INT8, "INT16": OP_INT16, "UINT16": OP_UINT16, "INT32": OP_INT32,
     "INT64": OP_INT64, "FLOAT64": OP_FLOAT64, "BOOL": OP_BOOL, "UUID": OP_UUID,
@@ -192,7 +196,7 @@ cdef Py_ssize_t read_uvarint(Cursor* c) except -1:
         b = take(c, 1)[0]
         value |= <uint64_t>(b & 0x7F) << shift
         if not (b & 0x80):
-            if value > 0xFFFFFFFF:
+            if value > UINT32_MAX:
                 raise _Irregular()
             return <Py_ssize_t>value
         shift += 7

@@ -100,12 +100,21 @@ class Measurement:
     # and of the client's thread.
     server_sched: tuple[float, float] | None = None
     client_sched: tuple[float, float] | None = None
+    # CPU seconds the peer went on using once the measurement was over (settle), until quiet
+    background_s: float = 0.0
 
     def cpu_us_per(self, units_per_request: int = 1) -> float | None:
         """The peer's CPU time per request (or per unit of one: a commit's offsets)."""
         if self.server_sched is None or not self.requests:
             return None
         return self.server_sched[0] * 1e6 / (self.requests * units_per_request)
+
+    def cpu_us_with_background(self, units_per_request: int = 1) -> float | None:
+        """cpu_us_per, with the work the requests left the peer to do afterwards."""
+        if self.server_sched is None or not self.requests:
+            return None
+        seconds = self.server_sched[0] + self.background_s
+        return seconds * 1e6 / (self.requests * units_per_request)
 
     def share(self, which: str, index: int) -> float | None:
         """Time on a CPU (index 0) or waiting for one (1) per second of the measurement,
@@ -143,6 +152,38 @@ def with_cpu(pid: int, how: Callable[..., M], *args: Any) -> M:
     if client_before and client_after:
         m.client_sched = (client_after[0] - client_before[0], client_after[1] - client_before[1])
     return m
+
+
+# A peer is quiet when it uses less than this share of a core over QUIET_WINDOW_S.
+QUIET_SHARE = 0.03
+QUIET_WINDOW_S = 0.25
+
+
+def settle(pids: Sequence[int], timeout_s: float = 120.0) -> dict[int, float]:
+    """Wait until every peer in `pids` is quiet: so that what one peer still does in the
+    background (a log compaction after a burst of commits) is not measured as another's
+    slowness. Returns the CPU seconds each used while this waited (its background work,
+    for the peer whose turn just ended). Gives up after timeout_s, quiet or not."""
+    start = {pid: sched_seconds(pid) for pid in pids}
+    last = dict(start)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(QUIET_WINDOW_S)
+        now = {pid: sched_seconds(pid) for pid in pids}
+        busy = [
+            pid
+            for pid in pids
+            if (a := last[pid]) is not None
+            and (b := now[pid]) is not None
+            and b[0] - a[0] > QUIET_SHARE * QUIET_WINDOW_S
+        ]
+        last = now
+        if not busy:
+            break
+    return {
+        pid: (b[0] - a[0]) if (a := start[pid]) is not None and (b := last[pid]) else 0.0
+        for pid in pids
+    }
 
 
 def median(values: list[float | None]) -> float | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastcoord.core import admin, membership, offsets
@@ -26,12 +26,14 @@ from fastcoord.core.native import member_table, timing_wheel
 from fastcoord.core.records import (
     GroupMetadataKey,
     GroupMetadataValue,
+    LogEntry,
     OffsetCommitKey,
+    OffsetCommits,
     OffsetCommitValue,
-    Record,
 )
 from fastcoord.core.result import Call, Event, Handle, Result, TimerKey
 from fastcoord.core.state import DEAD, EMPTY, STABLE
+from fastcoord.protocol.commit_batch import OffsetCommitBatch
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
     DeleteGroupsRequest,
@@ -52,6 +54,7 @@ AppendCallback = Callable[[ErrorCode, int, Result], None]
 # APIs whose group id may be empty (Kafka's isValidGroupId): the others need a non-empty id.
 EMPTY_GROUP_ID_ALLOWED = (
     OffsetCommitRequest,
+    OffsetCommitBatch,
     OffsetFetchRequest,
     DescribeGroupsRequest,
     DeleteGroupsRequest,
@@ -102,7 +105,7 @@ class Coordinator:
     def handle(
         self,
         handle: Handle,
-        request: Request,
+        request: Request | OffsetCommitBatch,
         version: int,
         now_ms: int,
         client_id: str = "",
@@ -113,6 +116,20 @@ class Coordinator:
         try:
             call = Call(handle, version, now_ms, client_id, client_host, result)
             _HANDLERS[type(request)](self, call, request)
+        finally:
+            self._result = None
+        return result
+
+    def commit_offsets(
+        self, requests: list[tuple[Handle, int, OffsetCommitBatch]], now_ms: int
+    ) -> Result:
+        """OffsetCommit requests (handle, version, batch) read one after another, handled
+        in order as `handle` would, in one Result: their records go out in one append."""
+        result = self._begin()
+        try:
+            offsets.offset_commits(
+                self, [(handle, batch) for handle, _, batch in requests], now_ms, result
+            )
         finally:
             self._result = None
         return result
@@ -177,10 +194,16 @@ class Coordinator:
 
     def complete_append(self, token: int, error: ErrorCode, now_ms: int) -> Result:
         """The records of Result.append `token` are durable (error NONE) or failed."""
+        return self.complete_appends([token], error, now_ms)
+
+    def complete_appends(self, tokens: list[int], error: ErrorCode, now_ms: int) -> Result:
+        """complete_append of each token, in order, in one Result."""
         result = self._begin()
         try:
-            for callback in self._appends.pop(token):
-                callback(error, now_ms, result)
+            appends = self._appends
+            for token in tokens:
+                for callback in appends.pop(token):
+                    callback(error, now_ms, result)
         finally:
             self._result = None
         return result
@@ -218,7 +241,7 @@ class Coordinator:
         if self.wheel.cancel(key) and self._result is not None:
             self._result.timers.append((key, None))
 
-    def append(self, result: Result, records: list[Record], callback: AppendCallback) -> None:
+    def append(self, result: Result, records: Sequence[LogEntry], callback: AppendCallback) -> None:
         """Ask for records to be made durable; `callback` runs at complete_append."""
         if result.append is None:
             result.append = self._next_append
@@ -230,7 +253,9 @@ class Coordinator:
     def event(self, result: Result, now_ms: int, kind: str, group: Group, **fields: Any) -> None:
         result.events.append(Event(at_ms=now_ms, kind=kind, group_id=group.group_id, **fields))
 
-    def group_status_error(self, group_id: str, request: Request) -> ErrorCode | None:
+    def group_status_error(
+        self, group_id: str, request: Request | OffsetCommitBatch
+    ) -> ErrorCode | None:
         """Kafka's validateGroupStatus: INVALID_GROUP_ID, then coordinator availability."""
         if group_id is None or (group_id == "" and not isinstance(request, EMPTY_GROUP_ID_ALLOWED)):
             return ErrorCode.INVALID_GROUP_ID
@@ -269,12 +294,16 @@ class Coordinator:
 
     # -- durable state -------------------------------------------------------------------
 
-    def replay(self, record: Record, now_ms: int, loading: bool = False) -> None:
-        """Apply one durable record: the only way offsets and group metadata change.
+    def replay(self, record: LogEntry, now_ms: int, loading: bool = False) -> None:
+        """Apply one durable record, or an OffsetCommit's records together: the only way
+        offsets and group metadata change.
 
         Used live (loading=False, when a write becomes durable) and at load (replaying the
         log, loading=True).
         """
+        if isinstance(record, OffsetCommits):
+            offsets.replay_commits(self, record, now_ms)
+            return
         key, value = record.key, record.value
         if isinstance(key, OffsetCommitKey):
             assert value is None or isinstance(value, OffsetCommitValue)
@@ -315,12 +344,13 @@ class Coordinator:
         return out
 
 
-_HANDLERS: dict[type[Request], Callable[..., None]] = {
+_HANDLERS: dict[type[Request | OffsetCommitBatch], Callable[..., None]] = {
     JoinGroupRequest: membership.join_group,
     SyncGroupRequest: membership.sync_group,
     HeartbeatRequest: membership.heartbeat,
     LeaveGroupRequest: membership.leave_group,
     OffsetCommitRequest: offsets.offset_commit,
+    OffsetCommitBatch: offsets.offset_commit,
     OffsetFetchRequest: offsets.offset_fetch,
     OffsetDeleteRequest: offsets.offset_delete,
     DescribeGroupsRequest: admin.describe_groups,

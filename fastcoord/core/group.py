@@ -9,10 +9,14 @@ What happens on JoinGroup, SyncGroup and the rest lives in membership.py and off
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastcoord.core import member_table as columns
-from fastcoord.core.records import MemberMetadataValue, OffsetCommitValue
+from fastcoord.core.native import offset_table
+from fastcoord.core.records import MemberMetadataValue
+
+if TYPE_CHECKING:
+    from fastcoord.core.offset_table import OffsetTable
 from fastcoord.core.state import (
     COMPLETING_REBALANCE,
     DEAD,
@@ -204,7 +208,7 @@ class Group:
         # (delay, remaining) while an InitialDelayedJoin is pending, else None
         self.initial_join: tuple[int, int] | None = None
         self.rebalance_started_ms = 0
-        self.offsets: dict[tuple[str, int], OffsetCommitValue] = {}
+        self.offsets: OffsetTable = offset_table.OffsetTable()
 
     @property
     def state(self) -> GroupState:

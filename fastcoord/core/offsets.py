@@ -13,19 +13,19 @@ group that never had members, from the commit), and the per-request retention is
 from __future__ import annotations
 
 import struct
+from array import array
 from typing import TYPE_CHECKING
 
 from fastcoord.core.group import Group
 from fastcoord.core.membership import schedule_session, validate_current_member
-from fastcoord.core.records import OffsetCommitKey, OffsetCommitValue, Record
-from fastcoord.core.result import Call, Handle, Result
+from fastcoord.core.native import offset_table
+from fastcoord.core.records import OffsetCommitKey, OffsetCommits, OffsetCommitValue, Record
+from fastcoord.core.result import Call, Event, Handle, Result
 from fastcoord.core.state import COMPLETING_REBALANCE, DEAD, EMPTY
+from fastcoord.protocol.commit_batch import OffsetCommitAnswer, OffsetCommitBatch
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
     OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetCommitResponsePartition,
-    OffsetCommitResponseTopic,
     OffsetDeleteRequest,
     OffsetDeleteResponse,
     OffsetDeleteResponsePartition,
@@ -65,58 +65,92 @@ def storage_error(error: ErrorCode) -> ErrorCode:
 # -- OffsetCommit -------------------------------------------------------------------------
 
 
-def _commit_response(
-    req: OffsetCommitRequest, errors: dict[TopicPartition, ErrorCode]
-) -> OffsetCommitResponse:
-    return OffsetCommitResponse(
-        topics=[
-            OffsetCommitResponseTopic(
-                t.name,
-                [
-                    OffsetCommitResponsePartition(
-                        p.partition_index, errors[(t.name, p.partition_index)]
-                    )
-                    for p in t.partitions
-                ],
-            )
-            for t in req.topics
-        ]
-    )
+def offset_commit(
+    co: Coordinator, call: Call, req: OffsetCommitRequest | OffsetCommitBatch
+) -> None:
+    """The server decodes OffsetCommit into a batch; a request object (tests, other callers)
+    is converted with the same version rules."""
+    if not isinstance(req, OffsetCommitBatch):
+        req = OffsetCommitBatch.from_request(req, call.version)
+    offset_commits(co, [(call.handle, req)], call.now_ms, call.result)
 
 
-def offset_commit(co: Coordinator, call: Call, req: OffsetCommitRequest) -> None:
-    handle, version, now_ms, result = call.handle, call.version, call.now_ms, call.result
-    partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+# An accepted commit: its handle, its batch, the errors of its partitions (None: all NONE),
+# and its records.
+_Accepted = tuple[Handle, OffsetCommitBatch, "array[int] | None", OffsetCommits]
 
-    def refuse(error: ErrorCode) -> None:
-        result.respond(handle, _commit_response(req, dict.fromkeys(partitions, error)))
 
-    error = co.group_status_error(req.group_id, req)
-    if error is not None:
-        refuse(error)
+def offset_commits(
+    co: Coordinator, requests: list[tuple[Handle, OffsetCommitBatch]], now_ms: int, result: Result
+) -> None:
+    """OffsetCommit requests read one after another, each checked as Kafka's
+    handleCommitOffsets checks it; what they commit goes out in one append. Consecutive
+    commits of the same member of the same group are checked once: nothing between them
+    could change the answer (a commit changes no group state until it is durable)."""
+    accepted: list[_Accepted] = []
+    checked: tuple[str, int, str, str | None] | None = None
+    verdict: Group | ErrorCode = ErrorCode.NONE
+    for handle, batch in requests:
+        key = (batch.group_id, batch.generation_id, batch.member_id, batch.group_instance_id)
+        if key != checked:
+            checked = key
+            verdict = _admit(co, batch, now_ms)
+        if isinstance(verdict, ErrorCode):
+            result.respond(handle, OffsetCommitAnswer(batch, verdict))
+            continue
+        errors, commits = _records(co, verdict, batch, now_ms)
+        if commits is None:
+            result.respond(handle, OffsetCommitAnswer(batch, ErrorCode.NONE, errors))
+        else:
+            accepted.append((handle, batch, errors, commits))
+    if not accepted:
         return
-    generation = req.generation_id_or_member_epoch if version >= 1 else -1
-    member_id = req.member_id if version >= 1 else ""
-    instance_id = req.group_instance_id if version >= 7 else None
-    group = co.groups.get(req.group_id)
+
+    def stored(error: ErrorCode, now_ms: int, result: Result) -> None:
+        failed = storage_error(error)
+        for handle, batch, errors, commits in accepted:
+            if error == ErrorCode.NONE:
+                replay_commits(co, commits, now_ms)
+                result.respond(handle, OffsetCommitAnswer(batch, ErrorCode.NONE, errors))
+            elif errors is None:
+                result.respond(handle, OffsetCommitAnswer(batch, failed))
+            else:
+                failed_errors = array("h", [failed if e == ErrorCode.NONE else e for e in errors])
+                result.respond(handle, OffsetCommitAnswer(batch, failed, failed_errors))
+            result.events.append(
+                Event(
+                    at_ms=now_ms,
+                    kind="offsets_committed",
+                    group_id=commits.group,
+                    members=len(commits) if error == ErrorCode.NONE else 0,
+                )
+            )
+
+    co.append(result, [commits for *_, commits in accepted], stored)
+
+
+def _admit(co: Coordinator, batch: OffsetCommitBatch, now_ms: int) -> Group | ErrorCode:
+    """The group a commit goes to, or why it is refused."""
+    error = co.group_status_error(batch.group_id, batch)
+    if error is not None:
+        return error
+    generation, member_id = batch.generation_id, batch.member_id
+    group = co.groups.get(batch.group_id)
     if group is None:
         if generation >= 0:
             # A commit from an old generation of a group that is gone.
-            refuse(ErrorCode.ILLEGAL_GENERATION)
-            return
+            return ErrorCode.ILLEGAL_GENERATION
         # A "simple" commit: the group does not use Kafka for membership.
-        group = co.get_or_create_group(req.group_id, now_ms)
-    error = _validate_commit(group, generation, member_id, instance_id)
+        group = co.get_or_create_group(batch.group_id, now_ms)
+    error = _validate_commit(group, generation, member_id, batch.group_instance_id)
     if error is not None:
-        refuse(error)
-        return
+        return error
     if not (generation < 0 and group.is_(EMPTY)):
         if group.is_(COMPLETING_REBALANCE):
             # The member has its JoinGroup answer but not yet its assignment.
-            refuse(ErrorCode.REBALANCE_IN_PROGRESS)
-            return
+            return ErrorCode.REBALANCE_IN_PROGRESS
         schedule_session(co, group, group.get(member_id), now_ms)
-    _store_offsets(co, group, handle, req, version, now_ms, result)
+    return group
 
 
 def _validate_commit(
@@ -137,60 +171,23 @@ def _validate_commit(
     return None
 
 
-def _store_offsets(
-    co: Coordinator,
-    group: Group,
-    handle: Handle,
-    req: OffsetCommitRequest,
-    version: int,
-    now_ms: int,
-    result: Result,
-) -> None:
-    errors: dict[TopicPartition, ErrorCode] = {}
-    records: list[Record] = []
-    max_metadata = co.config.offset_metadata_max_bytes
-    for topic in req.topics:
-        for p in topic.partitions:
-            tp = (topic.name, p.partition_index)
-            metadata = p.committed_metadata or ""
-            if len(metadata) > max_metadata:
-                errors[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                continue
-            errors[tp] = ErrorCode.NONE
-            records.append(
-                Record(
-                    OffsetCommitKey(group.group_id, topic.name, p.partition_index),
-                    OffsetCommitValue(
-                        offset=p.committed_offset,
-                        leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
-                        metadata=metadata,
-                        commit_timestamp=now_ms,
-                    ),
-                )
+def _records(
+    co: Coordinator, group: Group, batch: OffsetCommitBatch, now_ms: int
+) -> tuple[array[int] | None, OffsetCommits | None]:
+    """(the errors of the batch's partitions, None if all NONE; the records of those it
+    commits, None if none): a partition whose metadata is too long is refused alone."""
+    errors: array[int] | None = None
+    if batch.metadata is not None:
+        max_metadata = co.config.offset_metadata_max_bytes
+        too_large = [len(m) > max_metadata for m in batch.metadata]
+        if any(too_large):
+            errors = array(
+                "h", [ErrorCode.OFFSET_METADATA_TOO_LARGE if t else 0 for t in too_large]
             )
-    if not records:
-        result.respond(handle, _commit_response(req, errors))
-        return
-
-    def stored(error: ErrorCode, now_ms: int, result: Result) -> None:
-        if error == ErrorCode.NONE:
-            for record in records:
-                co.replay(record, now_ms)
-        else:
-            failed = storage_error(error)
-            for tp, err in errors.items():
-                if err == ErrorCode.NONE:
-                    errors[tp] = failed
-        result.respond(handle, _commit_response(req, errors))
-        co.event(
-            result,
-            now_ms,
-            "offsets_committed",
-            group,
-            members=len(records) if error == ErrorCode.NONE else 0,
-        )
-
-    co.append(result, records, stored)
+            batch = batch.select([k for k, t in enumerate(too_large) if not t])
+    if not len(batch):
+        return errors, None
+    return errors, OffsetCommits(group.group_id, batch, now_ms)
 
 
 def replay_offset(
@@ -200,17 +197,23 @@ def replay_offset(
     tp = (key.topic, key.partition)
     if value is None:
         if group is not None:
-            group.offsets.pop(tp, None)
+            group.offsets.pop(tp)
         return
     if group is None:
         group = co.get_or_create_group(key.group, now_ms)
     group.offsets[tp] = value
 
 
+def replay_commits(co: Coordinator, commits: OffsetCommits, now_ms: int) -> None:
+    group = co.get_or_create_group(commits.group, now_ms)
+    group.offsets.replay_commits(commits.batch, commits.commit_timestamp)
+
+
 # -- OffsetFetch --------------------------------------------------------------------------
 
 
 Fetched = dict[str, list[tuple[int, int, int, str | None, ErrorCode]]]
+_NO_OFFSETS = offset_table.OffsetTable()  # of a group that is not there: never written
 
 
 def _fetch(
@@ -221,10 +224,10 @@ def _fetch(
     if error is not None:
         return error, {}
     group = co.groups.get(group_id)
-    offsets = group.offsets if group is not None and not group.is_(DEAD) else {}
+    offsets = group.offsets if group is not None and not group.is_(DEAD) else _NO_OFFSETS
     out: Fetched = {}
     if topics is None:
-        for (topic, partition), v in sorted(offsets.items()):
+        for (topic, partition), v in offsets.items():
             out.setdefault(topic, []).append(
                 (partition, v.offset, v.leader_epoch, v.metadata, ErrorCode.NONE)
             )

@@ -6,11 +6,17 @@ each with a value or None (a tombstone: the key is deleted). Durable state chang
 replaying these records (Coordinator.replay); a handler that changes durable state returns
 records and the state changes when they are durable. msgspec's array-like encoding keeps
 them compact on disk (storage/segment.py frames them).
+
+An OffsetCommit's records travel together as one OffsetCommits: the request's batch, which
+stands for one OffsetCommitKey/OffsetCommitValue record per partition. The log holds those
+records one by one, exactly as if they had been written singly.
 """
 
 from __future__ import annotations
 
 import msgspec
+
+from fastcoord.protocol.commit_batch import OffsetCommitBatch
 
 
 class OffsetCommitKey(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=1):
@@ -61,3 +67,34 @@ class Record(msgspec.Struct, frozen=True, array_like=True, gc=False):
     @property
     def group_id(self) -> str:
         return self.key.group
+
+
+class OffsetCommits(msgspec.Struct, frozen=True, gc=False):
+    """Every partition of `batch` committed by `group` at `commit_timestamp`: one record per
+    partition, in the batch's order, without building them (`records()` does, for tests and
+    the storage's twin)."""
+
+    group: str
+    batch: OffsetCommitBatch
+    commit_timestamp: int
+
+    @property
+    def group_id(self) -> str:
+        return self.group
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def records(self) -> list[Record]:
+        group, timestamp = self.group, self.commit_timestamp
+        return [
+            Record(
+                OffsetCommitKey(group, topic, partition),
+                OffsetCommitValue(offset, leader_epoch, metadata, timestamp),
+            )
+            for topic, partition, offset, leader_epoch, metadata in self.batch.rows()
+        ]
+
+
+# What a Result asks to be written: single records, or an OffsetCommit's together.
+LogEntry = Record | OffsetCommits

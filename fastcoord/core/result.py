@@ -14,10 +14,13 @@ from typing import Any
 
 import msgspec
 
-from fastcoord.core.records import Record
+from fastcoord.core.records import LogEntry
+from fastcoord.protocol.commit_batch import OffsetCommitAnswer
 from fastcoord.protocol.schema import Message
 
 Handle = Any  # the server's token for one request awaiting its response
+# A response: a Message, or the compact answer to an OffsetCommit.
+Answer = Message | OffsetCommitAnswer
 TimerKey = Any  # hashable: a member's slot (heartbeats) or a tuple (kind, group, ...)
 
 
@@ -36,15 +39,15 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 @dataclass(slots=True)
 class Result:
-    responses: list[tuple[Handle, Message]] = field(default_factory=list)
-    records: list[Record] = field(default_factory=list)
+    responses: list[tuple[Handle, Answer]] = field(default_factory=list)
+    records: list[LogEntry] = field(default_factory=list)
     # When set, the records must be durable before the server calls
     # Coordinator.complete_append(append, error), which gives the acknowledgements.
     append: int | None = None
     timers: list[tuple[TimerKey, int | None]] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
 
-    def respond(self, handle: Handle, response: Message) -> None:
+    def respond(self, handle: Handle, response: Answer) -> None:
         self.responses.append((handle, response))
 
     def extend(self, other: Result) -> None:
@@ -68,5 +71,5 @@ class Call:
     client_host: str
     result: Result
 
-    def respond(self, response: Message) -> None:
+    def respond(self, response: Answer) -> None:
         self.result.respond(self.handle, response)

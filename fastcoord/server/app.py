@@ -33,6 +33,7 @@ from fastcoord.config import ServerConfig
 from fastcoord.core.coordinator import Coordinator
 from fastcoord.core.native import timing_wheel
 from fastcoord.core.result import Event, Result
+from fastcoord.protocol.commit_batch import OffsetCommitBatch
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.headers import RequestHeader
 from fastcoord.protocol.messages import (
@@ -96,10 +97,14 @@ class Server:
 
     # -- requests -------------------------------------------------------------------------
 
-    def dispatch(self, slot: Slot, header: RequestHeader, request: Request) -> None:
+    def dispatch(
+        self, slot: Slot, header: RequestHeader, request: Request | OffsetCommitBatch
+    ) -> None:
         t = now_ms()
         version = header.api_version
-        if isinstance(request, HeartbeatRequest):
+        if type(request) is OffsetCommitBatch:  # the most frequent after heartbeats
+            self._coordinate(slot, header, request, t)
+        elif isinstance(request, HeartbeatRequest):
             slot.answer(
                 HeartbeatResponse(
                     error_code=self.coordinator.heartbeat(
@@ -123,19 +128,33 @@ class Server:
         elif isinstance(request, FetchRequest):
             self._fetch(slot, request, version, t)
         else:
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "%s %s v%d %r",
-                    slot.conn.peer,
-                    type(request).__name__,
-                    version,
-                    getattr(request, "member_id", ""),
-                )
-            self.apply(
-                self.coordinator.handle(
-                    slot, request, version, t, header.client_id or "", slot.conn.client_host
-                )
+            self._coordinate(slot, header, request, t)
+
+    def commit_offsets(self, commits: list[tuple[Slot, int, OffsetCommitBatch]]) -> None:
+        """OffsetCommits read one after another: to the core in one Result."""
+        if log.isEnabledFor(logging.DEBUG):
+            for slot, version, batch in commits:
+                log.debug("%s OffsetCommit v%d %r", slot.conn.peer, version, batch.member_id)
+        self.apply(self.coordinator.commit_offsets(commits, now_ms()))
+
+    def _coordinate(
+        self, slot: Slot, header: RequestHeader, request: Request | OffsetCommitBatch, t: int
+    ) -> None:
+        """A group request: the core's."""
+        version = header.api_version
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s %s v%d %r",
+                slot.conn.peer,
+                type(request).__name__,
+                version,
+                getattr(request, "member_id", ""),
             )
+        self.apply(
+            self.coordinator.handle(
+                slot, request, version, t, header.client_id or "", slot.conn.client_host
+            )
+        )
 
     def _fetch(self, slot: Slot, request: FetchRequest, version: int, t: int) -> None:
         # Topics are empty: answer when max_wait_ms is up, through the timing wheel.
@@ -167,8 +186,7 @@ class Server:
 
     def appended(self, tokens: list[int], error: ErrorCode) -> None:
         """The appender's report (on this thread): these appends are durable, or failed."""
-        for token in tokens:
-            self.apply(self.coordinator.complete_append(token, error, now_ms()))
+        self.apply(self.coordinator.complete_appends(tokens, error, now_ms()))
 
     # -- loading ----------------------------------------------------------------------------
 

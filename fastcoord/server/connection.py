@@ -42,6 +42,7 @@ import trio
 
 from fastcoord.protocol import frames
 from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.commit_batch import OffsetCommitAnswer, OffsetCommitBatch
 from fastcoord.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersion
 from fastcoord.protocol.framing import encode_response
 from fastcoord.protocol.headers import RequestHeader
@@ -53,7 +54,9 @@ if TYPE_CHECKING:
     from fastcoord.server.app import Server
 
 log = logging.getLogger("fastcoord.server")
+Served = Request | OffsetCommitBatch  # a decoded request: an OffsetCommit's is a batch
 _SIZE = struct.Struct(">i")
+_HEARTBEAT = int(ApiKey.HEARTBEAT)  # the low byte of the API key; the high byte is 0
 READ_CHUNK = 65536
 SLOW_READER_S = 1.0  # a client that takes no answers for this long is logged
 WRITE_CHUNK = 1 << 20  # answers copied to the output buffer at a time
@@ -72,7 +75,7 @@ class Slot:
         self.version = header.api_version if header else 0
         self.correlation_id = header.correlation_id if header else 0
 
-    def answer(self, response: Response) -> None:
+    def answer(self, response: Response | OffsetCommitAnswer) -> None:
         if not self.conn.closed:  # a client that has gone costs no encoding
             self.conn.fill(
                 self, frames.encode_response(self.correlation_id, self.version, response)
@@ -89,7 +92,9 @@ class Connection:
         self.client_host = "/" + peer.rsplit(":", 1)[0]
         self.slots: deque[Slot] = deque()
         # member id -> requests of that member waiting for its JoinGroup or SyncGroup answer
-        self.held: dict[str, deque[tuple[Slot, RequestHeader, Request]]] = {}
+        self.held: dict[str, deque[tuple[Slot, RequestHeader, Served]]] = {}
+        # OffsetCommits read and not yet handed to the core: (slot, version, batch)
+        self._commits: list[tuple[Slot, int, OffsetCommitBatch]] = []
         self._buf = bytearray()  # bytes received; self._buf[:self._pos] are handled
         self._pos = 0
         self._unhandled = False  # complete frames may wait in self._buf
@@ -161,7 +166,7 @@ class Connection:
                 self.held[member_id].extend(waiting)
                 return
 
-    def _dispatch(self, slot: Slot, header: RequestHeader, request: Request) -> None:
+    def _dispatch(self, slot: Slot, header: RequestHeader, request: Served) -> None:
         member_id = getattr(request, "member_id", None)
         if member_id is not None and member_id in self.held:
             self.held[member_id].append((slot, header, request))
@@ -254,14 +259,23 @@ class Connection:
     async def _handle_frames(self) -> None:
         """Handle every complete frame in the buffer; stop reading while the connection
         owes more than its bounds."""
+        try:
+            await self._handle_frames_in_order()
+        finally:
+            self._commit_offsets()
+
+    async def _handle_frames_in_order(self) -> None:
         max_size = self.server.config.socket_request_max_bytes
         buf = self._buf
         while not self.closed and len(buf) - self._pos >= 4:
             if self._over_bounds():
+                self._commit_offsets()
                 await self._wait_for_room()
                 continue  # closed meanwhile, or within bounds again
-            self._pos = self._answer_heartbeats(buf, self._pos, max_size)
             pos = self._pos
+            if len(buf) - pos >= 6 and buf[pos + 5] == _HEARTBEAT and not buf[pos + 4]:
+                self._commit_offsets()
+                self._pos = pos = self._answer_heartbeats(buf, pos, max_size)
             if len(buf) - pos < 4:
                 return
             (size,) = _SIZE.unpack_from(buf, pos)
@@ -318,7 +332,7 @@ class Connection:
             self._ignored(HeartbeatRequest, version, extra)
         return pos
 
-    def _ignored(self, cls: type[Request], version: int, extra: int) -> None:
+    def _ignored(self, cls: type[Served], version: int, extra: int) -> None:
         log.debug(
             "%s sent %s v%d with %d bytes after the message: ignored, as Kafka does",
             self.peer,
@@ -331,6 +345,7 @@ class Connection:
         try:
             header, request, extra = frames.decode_request(frame)
         except UnsupportedVersion as exc:
+            self._commit_offsets()  # what came before is handled first
             if exc.api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer in v0 with our ranges so that the client can pick one.
                 slot = self._slot(None)
@@ -345,11 +360,25 @@ class Connection:
             self.close(str(exc))
             return
         except ProtocolError as exc:
+            self._commit_offsets()
             self.close(f"malformed request: {exc}")
             return
         if extra:
             self._ignored(type(request), header.api_version, extra)
-        self._dispatch(self._slot(header), header, request)
+        slot = self._slot(header)
+        if type(request) is OffsetCommitBatch and request.member_id not in self.held:
+            self._commits.append((slot, header.api_version, request))
+        else:
+            self._commit_offsets()
+            self._dispatch(slot, header, request)
+
+    def _commit_offsets(self) -> None:
+        """Hand the OffsetCommits read since the last other request to the core, together:
+        one Result, one write for all of them. Any other request, and any wait, comes after
+        this, so the core sees every request in the order it was read."""
+        if self._commits:
+            commits, self._commits = self._commits, []
+            self.server.commit_offsets(commits)
 
     def _slot(self, header: RequestHeader | None) -> Slot:
         slot = Slot(self, header)

@@ -35,29 +35,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
-
-from fastcoord.core.records import RecordKey
 from fastcoord.storage.crc32c import FRAME_HEADER
 from fastcoord.storage.log import SUFFIX, PartitionLog
-from fastcoord.storage.native import crc32c
+from fastcoord.storage.native import compaction, crc32c
 from fastcoord.storage.segment import MAX_PAYLOAD
 from fastcoord.storage.swap import CLEANED, MANIFEST, finish_swap, fsync_directory, write_manifest
 
 log = logging.getLogger("fastcoord.storage")
 
 CHECKPOINT = "cleaner-offset-checkpoint"  # where the uncleaned part of the log begins
-_TOMBSTONE = b"\xc0"  # MessagePack nil: a record without a value
-
-
-class _Keyed(msgspec.Struct, array_like=True, gc=False):
-    """A record's key decoded (hashable), its value left as bytes."""
-
-    key: RecordKey
-    value: msgspec.Raw
-
-
-_decode = msgspec.msgpack.Decoder(_Keyed).decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +142,9 @@ def _survivors(
 ) -> tuple[list[list[int]], int, int]:
     """Which records of each closed segment to keep (indexes, last first), the records read,
     and the tombstones dropped. Walking the log backwards, the first record met of a key is
-    its latest: one decode per record decides, and the copy after it decodes nothing."""
-    seen: set[RecordKey] = set()
+    its latest: one look at each record's key decides (storage/compaction.py), and the copy
+    after it decodes nothing."""
+    seen: set[bytes] = set()
     kept: list[list[int]] = []
     records = dropped = 0
     for _, file in reversed(closed):
@@ -165,20 +152,14 @@ def _survivors(
             raise Stopped
         data = file.read_bytes()
         old = os.stat(file).st_mtime < horizon
-        view = memoryview(data)
         spans = _spans(file, data)
         records += len(spans)
-        survivors: list[int] = []
-        for i in range(len(spans) - 1, -1, -1):
-            begin, end = spans[i]
-            keyed = _decode(view[begin:end])
-            if keyed.key in seen:
-                continue  # a later record of this key follows
-            seen.add(keyed.key)
-            if old and bytes(keyed.value) == _TOMBSTONE:
-                dropped += 1  # what it deletes is dropped in this same pass
-                continue
-            survivors.append(i)
+        try:
+            survivors, gone = compaction.latest_records(data, spans, seen, old)
+        except ValueError as exc:
+            # The CRC matched, so these bytes are what was written: a bug, not a crash.
+            raise DamagedSegment(f"{file}: {exc}; not compacting this partition") from None
+        dropped += gone
         kept.append(survivors)
     kept.reverse()
     return kept, records, dropped

@@ -8,10 +8,9 @@ directory, no lock and nothing to load; a restart starts empty.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
-from fastcoord.core.records import Record
+from fastcoord.core.records import LogEntry, Record
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.storage.appender import Done
 
@@ -23,6 +22,7 @@ class MemoryStore:
         self.partitions = partitions
         self._report: Callable[[Callable[[], None]], None] | None = None
         self._done: Done | None = None
+        self._tokens: list[int] = []  # appends not yet acknowledged
 
     def open(self) -> None:
         pass
@@ -40,9 +40,18 @@ class MemoryStore:
     def loaded(self, partition: int) -> None:
         pass
 
-    def append(self, token: int, records: list[Record], partition_of: Callable[[str], int]) -> None:
-        assert self._report is not None and self._done is not None, "start() first"
-        self._report(functools.partial(self._done, [token], ErrorCode.NONE))
+    def append(
+        self, token: int, records: list[LogEntry], partition_of: Callable[[str], int]
+    ) -> None:
+        assert self._report is not None, "start() first"
+        if not self._tokens:  # the first since the last report: one report takes them all
+            self._report(self._acknowledge)
+        self._tokens.append(token)
+
+    def _acknowledge(self) -> None:
+        assert self._done is not None
+        tokens, self._tokens = self._tokens, []
+        self._done(tokens, ErrorCode.NONE)
 
     def close(self) -> None:
         pass

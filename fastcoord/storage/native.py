@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from fastcoord import _accel
 
 if TYPE_CHECKING:
+    from fastcoord.core.records import OffsetCommits
     from fastcoord.storage.crc32c import Bytes
 
 
@@ -25,3 +26,25 @@ class Crc32cModule(Protocol):
 
 
 crc32c = cast(Crc32cModule, _accel.load("crc32c", "fastcoord.storage.crc32c"))
+
+
+class OffsetRecordsModule(Protocol):
+    """_ext/offset_records.pyx and fastcoord/storage/offset_records.py."""
+
+    def frame_offset_commits(self, commits: OffsetCommits) -> bytes: ...
+
+
+offset_records = cast(
+    OffsetRecordsModule, _accel.load("offset_records", "fastcoord.storage.offset_records")
+)
+
+
+class CompactionModule(Protocol):
+    """_ext/compaction.pyx and fastcoord/storage/compaction.py."""
+
+    def latest_records(
+        self, data: bytes, spans: list[tuple[int, int]], seen: set[bytes], drop_tombstones: bool
+    ) -> tuple[list[int], int]: ...
+
+
+compaction = cast(CompactionModule, _accel.load("compaction", "fastcoord.storage.compaction"))

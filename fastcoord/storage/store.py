@@ -16,12 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from fastcoord.core.records import Record
+from fastcoord.core.records import LogEntry, OffsetCommits, Record
 from fastcoord.storage import segment
 from fastcoord.storage.appender import Appender, Done, Policy
 from fastcoord.storage.cleaner import LogCleaner
 from fastcoord.storage.lock import DataDirLock
 from fastcoord.storage.log import PartitionLog, directory
+from fastcoord.storage.native import offset_records
 
 
 class Store(Protocol):
@@ -41,10 +42,27 @@ class Store(Protocol):
     def loaded(self, partition: int) -> None: ...
 
     def append(
-        self, token: int, records: list[Record], partition_of: Callable[[str], int]
+        self, token: int, records: list[LogEntry], partition_of: Callable[[str], int]
     ) -> None: ...
 
     def close(self) -> None: ...
+
+
+def frames(records: list[LogEntry]) -> tuple[bytes, int]:
+    """The log's frames of `records`, and how many records they hold (an OffsetCommits is
+    one per partition)."""
+    if len(records) == 1 and isinstance(records[0], OffsetCommits):
+        return offset_records.frame_offset_commits(records[0]), len(records[0])
+    out = []
+    count = 0
+    for record in records:
+        if isinstance(record, OffsetCommits):
+            out.append(offset_records.frame_offset_commits(record))
+            count += len(record)
+        else:
+            out.append(segment.encode(record))
+            count += 1
+    return b"".join(out), count
 
 
 class LogCleanerSettings(NamedTuple):
@@ -113,20 +131,19 @@ class OffsetsStore:
         if self.cleaner is not None:
             self.cleaner.loaded(partition)
 
-    def append(self, token: int, records: list[Record], partition_of: Callable[[str], int]) -> None:
+    def append(
+        self, token: int, records: list[LogEntry], partition_of: Callable[[str], int]
+    ) -> None:
         assert self.appender is not None, "start() first"
-        by_partition: dict[int, list[Record]] = defaultdict(list)
-        partitions: dict[str, int] = {}  # a commit's records share one group: hash it once
+        by_partition: dict[int, list[LogEntry]] = defaultdict(list)
+        partitions: dict[str, int] = {}  # a Result's records mostly share one group
         for record in records:
-            group = record.key.group
+            group = record.group_id
             partition = partitions.get(group)
             if partition is None:
                 partition = partitions[group] = partition_of(group)
             by_partition[partition].append(record)
-        self.appender.submit(
-            token,
-            {p: (segment.encode_all(rs), len(rs)) for p, rs in by_partition.items()},
-        )
+        self.appender.submit(token, {p: frames(rs) for p, rs in by_partition.items()})
 
     def close(self) -> None:
         """Stop the cleaner (a pass cut short changes nothing), finish queued writes, close

@@ -6,7 +6,8 @@ Kafka's broker reads a request's header, then its body, and never looks at what 
 bytes too many are served. librdkafka 2.16 does: its all-topics Metadata v9+ request
 carries the topic list as four zero bytes where the compact form is one. A frame that is
 malformed inside its message is still refused. Runs whatever FASTCOORD_NO_EXTENSIONS says
-(frames.decode_request sends Heartbeat frames through the selected hot-frame codec).
+(frames.decode_request sends Heartbeat frames through the selected hot-frame codec, and
+OffsetCommit frames through the selected commit codec, which gives an OffsetCommitBatch).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from fastcoord.protocol import frames, framing
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.codec import decode, encode
+from fastcoord.protocol.commit_batch import OffsetCommitBatch
 from fastcoord.protocol.errors import ProtocolError
 from fastcoord.protocol.headers import RequestHeader
 from fastcoord.protocol.messages import (
@@ -24,6 +26,7 @@ from fastcoord.protocol.messages import (
     JoinGroupRequestProtocol,
     MetadataRequest,
     MetadataResponse,
+    OffsetCommitRequest,
 )
 from fastcoord.protocol.schema import Message, Request
 from tests.protocol.strategies import ALL_MESSAGE_VERSIONS, edge_instance, message_id
@@ -39,6 +42,13 @@ def request_frame(cls: type[Message], version: int, mode: str) -> tuple[RequestH
     return RequestHeader(cls.API_KEY, version, 7, "trailing"), edge_instance(cls, version, mode)
 
 
+def as_served(msg: Request, version: int) -> Request | OffsetCommitBatch:
+    """What frames.decode_request gives for a frame of `msg`."""
+    if isinstance(msg, OffsetCommitRequest):
+        return OffsetCommitBatch.from_request(msg, version)
+    return msg
+
+
 @pytest.mark.parametrize("case", REQUESTS, ids=message_id)
 def test_bytes_after_a_request_are_ignored_and_counted(case: tuple[type[Message], int]) -> None:
     cls, version = case
@@ -46,10 +56,14 @@ def test_bytes_after_a_request_are_ignored_and_counted(case: tuple[type[Message]
         header, msg = request_frame(cls, version, mode)
         assert isinstance(msg, Request)
         frame = framing.encode_request(header, msg)[4:]
-        assert frames.decode_request(frame) == (header, msg, 0)
+        served = as_served(msg, version)
+        assert frames.decode_request(frame) == (header, served, 0)
         for extra in TRAILERS:
+            assert frames.decode_request(frame + extra) == (header, served, len(extra)), (
+                mode,
+                extra,
+            )
             expected = (header, msg, len(extra))
-            assert frames.decode_request(frame + extra) == expected, (mode, extra)
             assert framing.decode_request(frame + extra) == expected, (mode, extra)
         assert framing.decode_request(bytearray(frame + b"\0\0")) == (header, msg, 2)
         assert framing.decode_request(memoryview(frame + b"\0\0")) == (header, msg, 2)
