@@ -190,7 +190,7 @@ def frame_offset_commits(commits):
     cdef const int* epochs = (<array.array>batch.leader_epochs).data.as_ints
     cdef int64_t timestamp = stamp
     cdef Py_ssize_t group_n, topic_n, meta_n = 0, i, k, start, end, size = 0, payload
-    cdef const char* group = utf8(commits.group, &group_n)
+    cdef const char* group = utf8(commits.group_id, &group_n)
     cdef const char* topic
     cdef const char* meta = ""
     if group == NULL:

@@ -749,6 +749,13 @@ def _add_tracks() -> None:
                 f"{label}: the peer's CPU time per committed offset, pipelined.",
             ),
             (
+                f"track_{key}_pipelined_cpu_per_offset_with_compaction",
+                _figure(name, "pipelined_cpu_us_with_background"),
+                "us",
+                f"{label}: the peer's CPU time per committed offset, pipelined, with the work "
+                "the burst left it to do afterwards (its log compaction).",
+            ),
+            (
                 f"track_{key}_error_partitions",
                 _error_partitions(name),
                 "partitions",

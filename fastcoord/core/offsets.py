@@ -121,8 +121,8 @@ def offset_commits(
                 Event(
                     at_ms=now_ms,
                     kind="offsets_committed",
-                    group_id=commits.group,
-                    members=len(commits) if error == ErrorCode.NONE else 0,
+                    group_id=commits.group_id,
+                    members=len(commits.batch.partitions) if error == ErrorCode.NONE else 0,
                 )
             )
 
@@ -185,7 +185,7 @@ def _records(
                 "h", [ErrorCode.OFFSET_METADATA_TOO_LARGE if t else 0 for t in too_large]
             )
             batch = batch.select([k for k, t in enumerate(too_large) if not t])
-    if not len(batch):
+    if not batch.partitions:
         return errors, None
     return errors, OffsetCommits(group.group_id, batch, now_ms)
 
@@ -205,7 +205,7 @@ def replay_offset(
 
 
 def replay_commits(co: Coordinator, commits: OffsetCommits, now_ms: int) -> None:
-    group = co.get_or_create_group(commits.group, now_ms)
+    group = co.get_or_create_group(commits.group_id, now_ms)
     group.offsets.replay_commits(commits.batch, commits.commit_timestamp)
 
 

@@ -70,23 +70,19 @@ class Record(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 
 class OffsetCommits(msgspec.Struct, frozen=True, gc=False):
-    """Every partition of `batch` committed by `group` at `commit_timestamp`: one record per
-    partition, in the batch's order, without building them (`records()` does, for tests and
-    the storage's twin)."""
+    """Every partition of `batch` committed by group `group_id` at `commit_timestamp`: one
+    record per partition, in the batch's order, without building them (`records()` does,
+    for tests and the storage's twin)."""
 
-    group: str
+    group_id: str
     batch: OffsetCommitBatch
     commit_timestamp: int
 
-    @property
-    def group_id(self) -> str:
-        return self.group
-
     def __len__(self) -> int:
-        return len(self.batch)
+        return len(self.batch.partitions)
 
     def records(self) -> list[Record]:
-        group, timestamp = self.group, self.commit_timestamp
+        group, timestamp = self.group_id, self.commit_timestamp
         return [
             Record(
                 OffsetCommitKey(group, topic, partition),
