@@ -9,10 +9,12 @@ acknowledgements, never heartbeats.
 Policies (`fsync`):
 - always: every write is synced before it is acknowledged; whatever was queued meanwhile
   shares the sync, but nothing waits to be shared;
-- batch (default): at most one sync per linger (group.coordinator.append.linger.ms, 5 ms):
-  a write that comes within the linger of the last sync waits for the rest of it, and
-  whatever came meanwhile shares one sync per partition; a write after a quiet linger is
-  synced at once, so a client that commits one request at a time never waits for it;
+- batch (default): a write that is queued alone (nothing else waiting when the thread takes
+  it) is synced at once, so a client that commits one request at a time never waits; when
+  several are queued, writes arrive faster than they are synced, and the thread waits for
+  more to share one sync per partition, while they keep coming (a pause of a fifth of the
+  linger, group.coordinator.append.linger.ms, 5 ms, ends the wait) and for no longer than
+  the linger;
 - never: acknowledged once written to the operating system (a crash of the machine, not
   of the process, can lose it).
 
@@ -39,6 +41,7 @@ log = logging.getLogger("fastcoord.storage")
 Policy = Literal["always", "batch", "never"]
 Done = Callable[[list[int], ErrorCode], None]
 ERROR_LOG_INTERVAL_S = 10.0
+LINGER_GAPS = 5  # batch: a pause of linger / LINGER_GAPS between writes ends the wait
 
 
 class Appender:
@@ -84,27 +87,29 @@ class Appender:
 
     def _run(self) -> None:
         stopping = False
-        last_sync = -float("inf")
         while not stopping:
             first = self._queue.get()
             if first is None:
                 break
             batch = [first]
-            stopping = self._gather(batch, 0.0)  # what is queued already
-            if self.policy == "batch" and not stopping:
-                # At most one sync per linger: a write that follows the last sync closely
-                # waits for more to share the next one; a write after a quiet linger (a
-                # client that commits one request at a time) is synced at once.
-                stopping = self._gather(batch, last_sync + self.linger_s)
+            stopping = self._gather(batch, 0.0, 0.0)  # what is queued already
+            if self.policy == "batch" and len(batch) > 1 and not stopping:
+                # Writes arrive faster than they are synced: wait for more to share the
+                # sync, while they keep coming (a pause of a fifth of the linger ends the
+                # wait) and for no longer than the linger. A lone write is synced at once.
+                stopping = self._gather(
+                    batch, time.monotonic() + self.linger_s, self.linger_s / LINGER_GAPS
+                )
             error = self._write(batch)
-            last_sync = time.monotonic()
             self._report(functools.partial(self._finish, [token for token, _ in batch], error))
 
-    def _gather(self, batch: list[tuple[int, dict[int, tuple[bytes, int]]]], until: float) -> bool:
-        """Add to `batch` what is queued and what comes before `until` (a monotonic time);
-        True if close() was asked for meanwhile."""
+    def _gather(
+        self, batch: list[tuple[int, dict[int, tuple[bytes, int]]]], until: float, gap: float
+    ) -> bool:
+        """Add to `batch` what is queued, and what comes before `until` (a monotonic time)
+        with no pause longer than `gap`; True if close() was asked for meanwhile."""
         while True:
-            remaining = until - time.monotonic()
+            remaining = min(until - time.monotonic(), gap)
             try:
                 if remaining > 0:
                     item = self._queue.get(timeout=remaining)
