@@ -78,8 +78,9 @@ cdef _LastString _instance_id = _LastString()
 cdef list _topic_names = [_LastString() for _ in range(TOPIC_CACHE)]
 
 
-cdef inline uint32_t read_uvarint(Cursor* c) except? 0xFFFFFFFF:
-    """An unsigned varint of at most 5 bytes that fits in 32 bits (the codec's rule)."""
+cdef uint32_t read_uvarint(Cursor* c) except? 0xFFFFFFFF:
+    """An unsigned varint of at most 5 bytes that fits in 32 bits (the codec's rule). Not
+    inline: the callers inline their one-byte case and call this for the rest."""
     cdef uint64_t value = 0
     cdef int shift = 0
     cdef uint8_t b
@@ -138,6 +139,10 @@ cdef inline int expect_no_tagged_fields(Cursor* c) except -1:
     if c.pos < c.end and c.p[c.pos] == 0:
         c.pos += 1
         return 0
+    return _tagged_fields(c)
+
+
+cdef int _tagged_fields(Cursor* c) except -1:
     if read_uvarint(c) != 0:
         raise _Irregular()
     return 0
@@ -211,6 +216,11 @@ cdef tuple _parse(Cursor* c):
             offsets_p[j] = <int64_t>load_be64(q + 4)
             epochs_p[j] = <int32_t>load_be32(q + 12) if version >= 6 else -1
             c.pos += fixed  # and v1's commit_timestamp: the broker's clock applies
+            if flexible and metadata is None and c.end - c.pos >= 2 and c.p[c.pos] <= 1 and (
+                c.p[c.pos + 1] == 0
+            ):
+                c.pos += 2  # the common case: no metadata (empty or null), no tagged fields
+                continue
             if flexible:
                 n = <Py_ssize_t>read_small_uvarint(c) - 1
                 if n > INT16_MAX:

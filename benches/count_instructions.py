@@ -2,8 +2,12 @@
 
 Modes: `compiled` / `twin` time Heartbeat v4 request decode + response encode;
 `answer-compiled` / `answer-twin` time answer_heartbeats, the server's fast loop, over
-runs of 100 v4 heartbeats in one receive buffer; `core-compiled` / `core-twin` time
-Coordinator.heartbeat over 10,000 loaded members.
+runs of 100 v4 heartbeats in one receive buffer (`answer-table`: compiled, with the real
+member table of 10,000 members, 100 of them heartbeating on one connection); `core-compiled` / `core-twin` time
+Coordinator.heartbeat over 10,000 loaded members; `commit-server` times OffsetCommit v8
+requests of 100 partitions through a whole server in this process (connection, codec,
+core, the in-memory store, the answer), 64 in flight on a socket pair: per request, with
+whatever FASTCOORD_NO_EXTENSIONS selects.
 
 Shared machines change speed by 2x from one minute to the next; instruction counts do not.
 Run under callgrind twice with different iteration counts; the difference divided by the
@@ -27,7 +31,16 @@ from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.headers import RequestHeader
 from fastcoord.protocol.messages import HeartbeatRequest, HeartbeatResponse
 
-MODES = ["compiled", "twin", "answer-compiled", "answer-twin", "core-compiled", "core-twin"]
+MODES = [
+    "compiled",
+    "twin",
+    "answer-compiled",
+    "answer-twin",
+    "core-compiled",
+    "core-twin",
+    "commit-server",
+    "answer-table",
+]
 RUN = 100  # heartbeats per receive buffer in the answer modes
 
 
@@ -39,6 +52,76 @@ def core(n: int, impl: str) -> None:
     for i in range(n):
         group_id, member = ids[(i * 7919) % len(ids)]
         beat(group_id, member, 1, None, 4, NOW + 1000)
+
+
+def commit_server(n: int, window: int = 64) -> None:
+    """n OffsetCommit requests through a Server and its Connection, on a socket pair."""
+    import trio
+
+    from benches.bench_commit import CommitRing
+    from fastcoord.config import ServerConfig
+    from fastcoord.server.app import Server
+    from fastcoord.server.connection import Connection
+    from fastcoord.storage.memory import MemoryStore
+
+    ring = CommitRing(window)
+    answer_len = 4 + int.from_bytes(answer_prefix(ring), "big")
+
+    async def main() -> None:
+        config = ServerConfig(in_memory=True)
+        store = MemoryStore(config.offsets_topic_num_partitions)
+        server = Server(config, store, max_connections=10)
+        store.start(trio.lowlevel.current_trio_token().run_sync_soon, server.appended)
+        ours, theirs = trio.socket.socketpair()
+        connection = Connection(server, trio.SocketStream(ours), "127.0.0.1:1")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(connection.run)
+            sent = received = 0
+            pending = 0
+            while received < n:
+                if sent - received < window and sent < n:
+                    count = min(window - (sent - received), n - sent)
+                    for part in ring.frames(sent, count):
+                        while part:
+                            part = part[await theirs.send(part) :]
+                    sent += count
+                data = await theirs.recv(1 << 20)
+                pending += len(data)
+                received += pending // answer_len
+                pending %= answer_len
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def answer_prefix(ring: object) -> bytes:
+    """The size prefix of the answer every ring request gets (the same for all)."""
+    from fastcoord.protocol import frames
+
+    _, batch, _ = frames.decode_request(ring.single[0][4:])  # type: ignore[attr-defined]
+    from fastcoord.protocol.commit_batch import OffsetCommitAnswer
+
+    return frames.encode_response(0, 8, OffsetCommitAnswer(batch, 0))[:4]  # type: ignore[arg-type]
+
+
+def answer_table(n: int) -> None:
+    from benches.bench_core import NOW, loaded
+
+    co, ids = loaded("compiled", 100, 100)
+    # 100 members sharing a connection: each heartbeat is another member's.
+    buf = bytearray(
+        b"".join(
+            framing.encode_request(
+                RequestHeader(ApiKey.HEARTBEAT, 4, i, "rdkafka"),
+                HeartbeatRequest(group_id, 1, member, None),
+            )
+            for i, (group_id, member) in enumerate(ids[::100][:RUN])
+        )
+    )
+    table, answer = co.table, compiled.answer_heartbeats
+    for _ in range(n // RUN):
+        pos, count = answer(buf, 0, 1 << 20, table, NOW + 1000, bytearray(), [])
+        assert count == RUN, count
 
 
 class Table:
@@ -58,6 +141,12 @@ def main() -> None:
     n, mode = args.n, args.mode
     if mode.startswith("core-"):
         core(n, mode.removeprefix("core-"))
+        return
+    if mode == "commit-server":
+        commit_server(n)
+        return
+    if mode == "answer-table":
+        answer_table(n)
         return
     codec = compiled if mode.endswith("compiled") else twin
     frame = framing.encode_request(

@@ -172,8 +172,11 @@ class Server:
         for slot, response in result.responses:
             slot.answer(response)
         if result.events:
+            # A commit's event is logged at DEBUG: not even looked at otherwise.
+            debug = events_log.isEnabledFor(logging.DEBUG)
             for event in result.events:
-                log_event(event)
+                if debug or event.kind != "offsets_committed":
+                    log_event(event)
             if self.event_log is not None:
                 self.event_log.add(result.events)
         if result.append is not None:
