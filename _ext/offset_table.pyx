@@ -184,21 +184,25 @@ cdef class OffsetTable:
         cdef _Topic t = self._find(tp, &row)
         return None if row < 0 else t.value(row)
 
-    def pop(self, tp):
-        """Remove the offset of `tp`; returns it, or None if there was none."""
-        cdef Py_ssize_t row
-        cdef _Topic t = self._find(tp, &row)
+    def pop(self, topic, partition):
+        """Remove the offset of (topic, partition); returns it, or None if there was none."""
+        cdef int32_t p
+        found = self._topics.get(topic)
+        if found is None or not as_partition(partition, &p):
+            return None
+        cdef _Topic t = <_Topic>found
+        cdef Py_ssize_t row = t.find(p)
         if row < 0:
             return None
         value = t.value(row)
         t.remove(row)
         self._count -= 1
         if t.n == 0:
-            del self._topics[tp[0]]
+            del self._topics[topic]
         return value
 
-    def __setitem__(self, tp, value):
-        topic, partition = tp
+    def put(self, topic, int32_t partition, value):
+        """The offset of (topic, partition) is `value` (replaying one record)."""
         cdef _Topic t = self._topic(topic)
         cdef Py_ssize_t row = t.find(partition)
         if row < 0:

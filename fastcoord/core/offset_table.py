@@ -36,12 +36,13 @@ class OffsetTable:
     def get(self, tp: TopicPartition) -> OffsetCommitValue | None:
         return self._offsets.get(tp)
 
-    def __setitem__(self, tp: TopicPartition, value: OffsetCommitValue) -> None:
-        self._offsets[tp] = value
+    def put(self, topic: str, partition: int, value: OffsetCommitValue) -> None:
+        """The offset of (topic, partition) is `value` (replaying one record)."""
+        self._offsets[(topic, partition)] = value
 
-    def pop(self, tp: TopicPartition) -> OffsetCommitValue | None:
-        """Remove the offset of `tp`; returns it, or None if there was none."""
-        return self._offsets.pop(tp, None)
+    def pop(self, topic: str, partition: int) -> OffsetCommitValue | None:
+        """Remove the offset of (topic, partition); returns it, or None if there was none."""
+        return self._offsets.pop((topic, partition), None)
 
     def items(self) -> list[tuple[TopicPartition, OffsetCommitValue]]:
         """Every (key, value), in (topic, partition) order."""

@@ -194,14 +194,13 @@ def replay_offset(
     co: Coordinator, key: OffsetCommitKey, value: OffsetCommitValue | None, now_ms: int
 ) -> None:
     group = co.groups.get(key.group)
-    tp = (key.topic, key.partition)
     if value is None:
         if group is not None:
-            group.offsets.pop(tp)
+            group.offsets.pop(key.topic, key.partition)
         return
     if group is None:
         group = co.get_or_create_group(key.group, now_ms)
-    group.offsets[tp] = value
+    group.offsets.put(key.topic, key.partition, value)
 
 
 def replay_commits(co: Coordinator, commits: OffsetCommits, now_ms: int) -> None:

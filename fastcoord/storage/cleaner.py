@@ -27,6 +27,7 @@ record had when it was written, so names stay in order and below the active segm
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
@@ -102,9 +103,8 @@ def clean(
             mtime = os.stat(file).st_mtime
             view = memoryview(data)
             spans = _spans(file, data)
-            for i in reversed(survivors):  # found last to first
-                begin, end = spans[i]
-                writer.add(base + i, view[begin - FRAME_HEADER.size : end], mtime)
+            for first, last in _runs(survivors):
+                writer.add_run(base + first, view, spans[first : last + 1], mtime)
         step("written")
         outputs = writer.finish()
         fsync_directory(directory)
@@ -126,6 +126,18 @@ def clean(
         records_out=writer.records_out,
         tombstones_dropped=dropped,
     )
+
+
+def _runs(survivors: list[int]) -> list[tuple[int, int]]:
+    """The survivors (found last to first) as runs of consecutive indexes, first to last:
+    each run is copied as one slice, not frame by frame."""
+    runs: list[tuple[int, int]] = []
+    for i in reversed(survivors):
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
 
 
 def _spans(file: Path, data: bytes) -> list[tuple[int, int]]:
@@ -180,22 +192,44 @@ class _Writer:
         self.bytes_out = 0
         self.records_out = 0
 
-    def add(self, offset: int, frame: memoryview, mtime: float) -> None:
-        if self._fd is None or (self._size > 0 and self._size + len(frame) > self.segment_bytes):
-            self._close()
-            path = self.directory / f"{offset:020d}{SUFFIX}{CLEANED}"
-            self.files.append(path)
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            self._size = 0
-            self._mtime = 0.0
-        self._buffer.append(frame)
-        self._buffered += len(frame)
-        self._size += len(frame)
+    def add_run(
+        self, offset: int, view: memoryview, spans: list[tuple[int, int]], mtime: float
+    ) -> None:
+        """Consecutive frames of one segment (their payloads at `spans` of `view`), the first
+        at `offset`: as `add` of each would write them, a slice per output segment."""
+        header = FRAME_HEADER.size
+        ends = [end for _, end in spans]
+        k = 0
+        while k < len(spans):
+            start = spans[k][0] - header
+            # The frames from k that go in the current output segment: at least frame k
+            # (after a roll, if it does not fit), then while the segment has room.
+            if self._fd is None or (
+                self._size > 0 and self._size + ends[k] - start > self.segment_bytes
+            ):
+                self._roll(offset + k)
+            room = max(self.segment_bytes - self._size, ends[k] - start)
+            m = bisect.bisect_right(ends, start + room, lo=k) - 1
+            self._take(view[start : ends[m]], m - k + 1, mtime)
+            k = m + 1
+
+    def _roll(self, offset: int) -> None:
+        self._close()
+        path = self.directory / f"{offset:020d}{SUFFIX}{CLEANED}"
+        self.files.append(path)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._size = 0
+        self._mtime = 0.0
+
+    def _take(self, frames: memoryview, records: int, mtime: float) -> None:
+        self._buffer.append(frames)
+        self._buffered += len(frames)
+        self._size += len(frames)
         # A tombstone's age is its segment's mtime: an output keeps the newest of its inputs
         # so that no tombstone looks older than it is.
         self._mtime = max(self._mtime, mtime)
-        self.bytes_out += len(frame)
-        self.records_out += 1
+        self.bytes_out += len(frames)
+        self.records_out += records
         if self._buffered >= 1 << 20:
             self._flush()
 

@@ -83,10 +83,10 @@ def test_any_sequence_reads_the_same(ops: list[Any]) -> None:
             if op[0] == "replay":
                 results.append(table.replay_commits(op[1], op[2]))
             elif op[0] == "set":
-                table[op[1]] = op[2]
+                table.put(*op[1], op[2])
                 results.append(None)
             else:
-                results.append(table.pop(op[1]))
+                results.append(table.pop(*op[1]))
         assert results[0] == results[1]
         probes.extend([(t, p) for t, p in ([op[1]] if op[0] != "replay" else [])])
         assert reads(tables[0], probes) == reads(tables[1], probes)

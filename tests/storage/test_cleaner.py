@@ -5,6 +5,7 @@ stopped at any stage of its swap (as a crash would stop it) loses nothing."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -26,7 +27,15 @@ from fastcoord.core.records import (
     RecordKey,
 )
 from fastcoord.storage import segment
-from fastcoord.storage.cleaner import CHECKPOINT, LogCleaner, Stopped, clean, dirty_ratio
+from fastcoord.storage.cleaner import (
+    CHECKPOINT,
+    LogCleaner,
+    Stopped,
+    _Writer,
+    clean,
+    dirty_ratio,
+)
+from fastcoord.storage.crc32c import FRAME_HEADER
 from fastcoord.storage.log import PartitionLog
 from fastcoord.storage.swap import CLEANED, MANIFEST
 
@@ -355,3 +364,39 @@ def test_the_cleaner_thread_cleans_loaded_partitions_only(tmp_path: Path) -> Non
     assert not (tmp_path / "0" / CHECKPOINT).exists()
     for log in logs.values():
         log.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 120), min_size=1, max_size=40),
+    segment_bytes=st.integers(1, 400),
+    cuts=st.sets(st.integers(0, 40)),
+)
+def test_runs_are_written_as_frame_by_frame(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[int], segment_bytes: int, cuts: set[int]
+) -> None:
+    """A pass copies runs of consecutive surviving frames a slice at a time: the output
+    segments (their names, sizes and bytes) are those of copying frame by frame, where a
+    frame goes in a new segment when it does not fit, and a larger one gets one of its own."""
+    data = b"".join(bytes([i % 251]) * (FRAME_HEADER.size + n) for i, n in enumerate(sizes))
+    spans, pos = [], 0
+    for n in sizes:
+        spans.append((pos + FRAME_HEADER.size, pos + FRAME_HEADER.size + n))
+        pos += FRAME_HEADER.size + n
+    expected: list[tuple[int, bytes]] = []  # (first offset, bytes) of each output segment
+    for i, (begin, end) in enumerate(spans):
+        frame = data[begin - FRAME_HEADER.size : end]
+        if not expected or (expected[-1][1] and len(expected[-1][1]) + len(frame) > segment_bytes):
+            expected.append((100 + i, b""))
+        expected[-1] = (expected[-1][0], expected[-1][1] + frame)
+    directory = tmp_path_factory.mktemp("runs")
+    writer = _Writer(directory, segment_bytes)
+    bounds = sorted({0, len(spans), *(c for c in cuts if c < len(spans))})
+    for first, end in itertools.pairwise(bounds):
+        writer.add_run(100 + first, memoryview(data), spans[first:end], 0.0)
+    names = writer.finish()
+    got = [
+        (int(name[: -len(".log")]), (directory / f"{name}.cleaned").read_bytes()) for name in names
+    ]
+    assert got == expected
+    assert writer.records_out == len(sizes) and writer.bytes_out == len(data)
