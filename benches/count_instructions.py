@@ -3,11 +3,11 @@
 Modes: `compiled` / `twin` time Heartbeat v4 request decode + response encode;
 `answer-compiled` / `answer-twin` time answer_heartbeats, the server's fast loop, over
 runs of 100 v4 heartbeats in one receive buffer (`answer-table`: compiled, with the real
-member table of 10,000 members, 100 of them heartbeating on one connection); `core-compiled` / `core-twin` time
-Coordinator.heartbeat over 10,000 loaded members; `commit-server` times OffsetCommit v8
-requests of 100 partitions through a whole server in this process (connection, codec,
-core, the in-memory store, the answer), 64 in flight on a socket pair: per request, with
-whatever FASTCOORD_NO_EXTENSIONS selects.
+member table of 10,000 members, 100 of them heartbeating on one connection);
+`core-compiled` / `core-twin` time Coordinator.heartbeat over 10,000 loaded members;
+`commit-server` times OffsetCommit v8 requests of 100 partitions through a whole
+server in this process (connection, codec, core, the in-memory store, the answer), 64 in
+flight on a socket pair: per request, with whatever FASTCOORD_NO_EXTENSIONS selects.
 
 Shared machines change speed by 2x from one minute to the next; instruction counts do not.
 Run under callgrind twice with different iteration counts; the difference divided by the
@@ -120,7 +120,7 @@ def answer_table(n: int) -> None:
     )
     table, answer = co.table, compiled.answer_heartbeats
     for _ in range(n // RUN):
-        pos, count = answer(buf, 0, 1 << 20, table, NOW + 1000, bytearray(), [])
+        _, count = answer(buf, 0, 1 << 20, table, NOW + 1000, bytearray(), [])
         assert count == RUN, count
 
 
