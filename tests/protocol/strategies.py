@@ -9,11 +9,13 @@ by every round-trip, cross-check and fuzz test without writing anything for it.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
 
 from fastcoord.protocol.codec import is_flexible
+from fastcoord.protocol.errors import ProtocolError
 from fastcoord.protocol.schema import ArrayOf, Kind, Message, Struct, TypeRef, fields_of
 from fastcoord.protocol.versions import SERVED
 
@@ -118,3 +120,29 @@ def edge_instance(cls: type[Struct], version: int, mode: str) -> Any:
 
 def flexible(cls: type[Message], version: int) -> bool:
     return is_flexible(cls, version)
+
+
+def outcome(fn: Callable[..., Any], *args: Any) -> tuple[str, Any]:
+    """The result, or the error's type and text, so that two codecs can be compared."""
+    try:
+        return ("ok", fn(*args))
+    except ProtocolError as exc:
+        return (type(exc).__name__, str(exc))
+
+
+@st.composite
+def mutated(draw: st.DrawFn, frames: st.SearchStrategy[bytes]) -> bytes:
+    """A frame of `frames` with one to three bytes flipped, cut, inserted or deleted."""
+    frame = bytearray(draw(frames))
+    for _ in range(draw(st.integers(1, 3))):
+        op = draw(st.sampled_from(["flip", "truncate", "insert", "delete"]))
+        i = draw(st.integers(0, max(len(frame) - 1, 0)))
+        if op == "flip" and frame:
+            frame[i] ^= 1 << draw(st.integers(0, 7))
+        elif op == "truncate":
+            del frame[i:]
+        elif op == "insert":
+            frame[i:i] = draw(st.binary(min_size=1, max_size=4))
+        elif op == "delete" and frame:
+            del frame[i]
+    return bytes(frame)

@@ -26,20 +26,12 @@ from fastcoord.protocol.messages import (
     OffsetCommitRequestTopic,
     OffsetCommitResponse,
 )
-from tests.protocol.strategies import struct_strategy
+from tests.protocol.strategies import mutated, outcome, struct_strategy
 
 versions = st.integers(0, 9)
 int32s = st.integers(-(2**31), 2**31 - 1)
 # Names and metadata as clients send them, and some that are not: long, empty, non-ASCII.
 texts = st.one_of(st.sampled_from(["", "orders", "t-1", "grüße"]), st.text(max_size=40))
-
-
-def outcome(fn: Callable[..., Any], *args: Any) -> tuple[str, Any]:
-    """The result, or the error's type and text, so that two codecs can be compared."""
-    try:
-        return ("ok", fn(*args))
-    except ProtocolError as exc:
-        return (type(exc).__name__, str(exc))
 
 
 @st.composite
@@ -77,23 +69,6 @@ def commit_frames(draw: st.DrawFn) -> bytes:
     return framing.encode_request(header, draw(commit_requests(version)))[4:]
 
 
-@st.composite
-def mutated_commit_frames(draw: st.DrawFn) -> bytes:
-    frame = bytearray(draw(commit_frames()))
-    for _ in range(draw(st.integers(1, 3))):
-        op = draw(st.sampled_from(["flip", "truncate", "insert", "delete"]))
-        i = draw(st.integers(0, max(len(frame) - 1, 0)))
-        if op == "flip" and frame:
-            frame[i] ^= 1 << draw(st.integers(0, 7))
-        elif op == "truncate":
-            del frame[i:]
-        elif op == "insert":
-            frame[i:i] = draw(st.binary(min_size=1, max_size=4))
-        elif op == "delete" and frame:
-            del frame[i]
-    return bytes(frame)
-
-
 @settings(max_examples=500)
 @given(commit_frames())
 def test_valid_commit_requests_decode_the_same(frame: bytes) -> None:
@@ -119,7 +94,7 @@ def test_bytes_after_a_commit_are_counted_the_same(frame: bytes, extra: bytes) -
 
 
 @settings(max_examples=1000)
-@given(st.one_of(mutated_commit_frames(), st.binary(max_size=60)))
+@given(st.one_of(mutated(commit_frames()), st.binary(max_size=60)))
 def test_malformed_commit_requests_fail_the_same(frame: bytes) -> None:
     assert outcome(compiled.decode_offset_commit, frame) == outcome(
         twin.decode_offset_commit, frame

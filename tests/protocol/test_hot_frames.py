@@ -5,9 +5,6 @@ Runs whatever FASTCOORD_NO_EXTENSIONS says: both modules are imported directly.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,21 +12,12 @@ from fastcoord._ext import hot_frames as compiled  # type: ignore[attr-defined]
 from fastcoord.protocol import frames, framing
 from fastcoord.protocol import hot_frames as twin
 from fastcoord.protocol.api_keys import ApiKey
-from fastcoord.protocol.errors import ProtocolError
 from fastcoord.protocol.headers import RequestHeader
 from fastcoord.protocol.messages import ApiVersionsRequest, HeartbeatRequest, HeartbeatResponse
-from tests.protocol.strategies import struct_strategy
+from tests.protocol.strategies import mutated, outcome, struct_strategy
 
 versions = st.integers(0, 4)
 int32s = st.integers(-(2**31), 2**31 - 1)
-
-
-def outcome(fn: Callable[..., Any], *args: Any) -> tuple[str, Any]:
-    """The result, or the error's type and text, so that two codecs can be compared."""
-    try:
-        return ("ok", fn(*args))
-    except ProtocolError as exc:
-        return (type(exc).__name__, str(exc))
 
 
 @st.composite
@@ -46,23 +34,6 @@ def heartbeat_frames(draw: st.DrawFn) -> bytes:
 def padded_heartbeat_frames(draw: st.DrawFn) -> bytes:
     """A valid frame with bytes after its message, which Kafka ignores."""
     return draw(heartbeat_frames()) + draw(st.binary(min_size=1, max_size=8))
-
-
-@st.composite
-def mutated_heartbeat_frames(draw: st.DrawFn) -> bytes:
-    frame = bytearray(draw(heartbeat_frames()))
-    for _ in range(draw(st.integers(1, 3))):
-        op = draw(st.sampled_from(["flip", "truncate", "insert", "delete"]))
-        i = draw(st.integers(0, max(len(frame) - 1, 0)))
-        if op == "flip" and frame:
-            frame[i] ^= 1 << draw(st.integers(0, 7))
-        elif op == "truncate":
-            del frame[i:]
-        elif op == "insert":
-            frame[i:i] = draw(st.binary(min_size=1, max_size=4))
-        elif op == "delete" and frame:
-            del frame[i]
-    return bytes(frame)
 
 
 @settings(max_examples=400)
@@ -84,7 +55,7 @@ def test_bytes_after_a_heartbeat_are_counted_the_same(frame: bytes, extra: bytes
 
 
 @settings(max_examples=1000)
-@given(st.one_of(mutated_heartbeat_frames(), st.binary(max_size=40)))
+@given(st.one_of(mutated(heartbeat_frames()), st.binary(max_size=40)))
 def test_malformed_heartbeat_requests_fail_the_same(frame: bytes) -> None:
     assert outcome(compiled.decode_heartbeat_request, frame) == outcome(
         twin.decode_heartbeat_request, frame
@@ -166,7 +137,7 @@ def stream_frames(draw: st.DrawFn) -> bytes:
     elif kind == "padded":
         frame = draw(padded_heartbeat_frames())
     elif kind == "mutated":
-        frame = draw(mutated_heartbeat_frames())
+        frame = draw(mutated(heartbeat_frames()))
     elif kind == "other":
         header = RequestHeader(ApiKey.API_VERSIONS, 0, draw(int32s), "c")
         frame = framing.encode_request(header, ApiVersionsRequest())[4:]
