@@ -121,15 +121,13 @@ class Coordinator:
         return result
 
     def commit_offsets(
-        self, requests: list[tuple[Handle, int, OffsetCommitBatch]], now_ms: int
+        self, requests: list[tuple[Handle, OffsetCommitBatch]], now_ms: int
     ) -> Result:
-        """OffsetCommit requests (handle, version, batch) read one after another, handled
-        in order as `handle` would, in one Result: their records go out in one append."""
+        """OffsetCommit requests (handle, batch) read one after another, handled in order as
+        `handle` would, in one Result: their records go out in one append."""
         result = self._begin()
         try:
-            offsets.offset_commits(
-                self, [(handle, batch) for handle, _, batch in requests], now_ms, result
-            )
+            offsets.offset_commits(self, requests, now_ms, result)
         finally:
             self._result = None
         return result

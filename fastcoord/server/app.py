@@ -130,11 +130,11 @@ class Server:
         else:
             self._coordinate(slot, header, request, t)
 
-    def commit_offsets(self, commits: list[tuple[Slot, int, OffsetCommitBatch]]) -> None:
+    def commit_offsets(self, commits: list[tuple[Slot, OffsetCommitBatch]]) -> None:
         """OffsetCommits read one after another: to the core in one Result."""
         if log.isEnabledFor(logging.DEBUG):
-            for slot, version, batch in commits:
-                log.debug("%s OffsetCommit v%d %r", slot.conn.peer, version, batch.member_id)
+            for slot, batch in commits:
+                log.debug("%s OffsetCommit v%d %r", slot.conn.peer, slot.version, batch.member_id)
         self.apply(self.coordinator.commit_offsets(commits, now_ms()))
 
     def _coordinate(

@@ -93,8 +93,8 @@ class Connection:
         self.slots: deque[Slot] = deque()
         # member id -> requests of that member waiting for its JoinGroup or SyncGroup answer
         self.held: dict[str, deque[tuple[Slot, RequestHeader, Served]]] = {}
-        # OffsetCommits read and not yet handed to the core: (slot, version, batch)
-        self._commits: list[tuple[Slot, int, OffsetCommitBatch]] = []
+        # OffsetCommits read and not yet handed to the core
+        self._commits: list[tuple[Slot, OffsetCommitBatch]] = []
         self._buf = bytearray()  # bytes received; self._buf[:self._pos] are handled
         self._pos = 0
         self._unhandled = False  # complete frames may wait in self._buf
@@ -367,7 +367,7 @@ class Connection:
             self._ignored(type(request), header.api_version, extra)
         slot = self._slot(header)
         if type(request) is OffsetCommitBatch and request.member_id not in self.held:
-            self._commits.append((slot, header.api_version, request))
+            self._commits.append((slot, request))
         else:
             self._commit_offsets()
             self._dispatch(slot, header, request)

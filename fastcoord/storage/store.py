@@ -51,8 +51,6 @@ class Store(Protocol):
 def frames(records: list[LogEntry]) -> tuple[bytes, int]:
     """The log's frames of `records`, and how many records they hold (an OffsetCommits is
     one per partition)."""
-    if len(records) == 1 and isinstance(records[0], OffsetCommits):
-        return offset_records.frame_offset_commits(records[0]), len(records[0])
     out = []
     count = 0
     for record in records:
