@@ -12,7 +12,8 @@ batching: one heartbeat per read, seldom two ready at once), from one plain-Pyth
 loop pinned to the other core. Every answer is checked (its size, correlation id and error
 code 0). Over the last `--seconds` it reads the server's CPU time from /proc: CPU per
 heartbeat, and the round trips' p50/p99. With `--strace`, `strace -c -f` counts the
-server's system calls for 5 s after that window, per heartbeat. Nothing here runs at import.
+server's system calls for 5 s after that window, per heartbeat; with `--perf-stat`, perf
+counts them (and context switches) in the window itself. Nothing here runs at import.
 """
 
 from __future__ import annotations
@@ -206,6 +207,29 @@ def strace_calls(pid: int, seconds: float, driver: Driver) -> tuple[dict[str, in
     return calls, answered
 
 
+EVENTS = ("epoll_wait", "epoll_ctl", "recvfrom", "sendto", "read", "write")
+
+
+def perf_stat(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """perf stat counting the server's system calls and context switches until SIGINT:
+    cheap enough to run in the measured window (strace is not)."""
+    events = [f"syscalls:sys_enter_{e}" for e in EVENTS] + ["context-switches"]
+    return subprocess.Popen(
+        ["perf", "stat", "-x", ",", "-e", ",".join(events), "-p", str(pid), "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def perf_counts(out: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for line in out.read_text().splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[0].isdigit():
+            counts[fields[2].removeprefix("syscalls:sys_enter_")] = int(fields[0])
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--connections", type=int, default=18_000)
@@ -213,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30, help="the measured window")
     parser.add_argument("--warmup", type=float, default=5)
     parser.add_argument("--strace", action="store_true", help="count system calls after")
+    parser.add_argument(
+        "--perf-stat", action="store_true", help="count system calls in the window (perf)"
+    )
     args = parser.parse_args(argv)
     raise_file_limit()
     client_core, server_core = cores()
@@ -227,9 +254,15 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 driver = Driver(members, args.rate)
                 driver.run(args.warmup)
+                stat = Path(tmp) / "perf-stat"
+                counter = perf_stat(server.pid, stat) if args.perf_stat else None
                 before, answered, t0 = sched_seconds(server.pid), driver.answered, time.monotonic()
                 driver.run(args.seconds, record=True)
                 after, t1 = sched_seconds(server.pid), time.monotonic()
+                if counter is not None:
+                    counter.send_signal(2)
+                    counter.wait(timeout=30)
+                counts = perf_counts(stat) if counter is not None else {}
                 answered = driver.answered - answered
                 calls, traced = strace_calls(server.pid, 5, driver) if args.strace else ({}, 0)
             finally:
@@ -245,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         f"for a core in {t1 - t0:.0f} s; round trip p50 {np.percentile(lat, 50):.0f} us, "
         f"p99 {np.percentile(lat, 99):.0f} us"
     )
+    if counts:
+        per = ", ".join(f"{name} {n / answered:.2f}" for name, n in counts.items())
+        print(f"per heartbeat in the window (perf stat): {per}")
     if calls:
         per = ", ".join(f"{name} {n / traced:.2f}" for name, n in sorted(calls.items()) if n)
         print(f"system calls per heartbeat (strace -c -f, {traced:,} heartbeats): {per}")
