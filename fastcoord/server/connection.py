@@ -269,7 +269,9 @@ class Connection:
             await trio.lowlevel.wait_readable(self.fd)
             return True
         self.handover = None
-        await parking.park(self)
+        if not await parking.park(self):
+            await trio.lowlevel.wait_readable(self.fd)
+            return True
         handover, self.handover = self.handover, None
         if handover is None:
             return True  # a cancel or the reactor's end: read the socket ourselves

@@ -39,6 +39,7 @@ class Parking:
         self.server = server
         self.reactor: Any = None  # while run() runs; connections park only then
         self._tasks: dict[Connection, trio.lowlevel.Task] = {}
+        self._refused = False  # a socket could not join the reactor (logged once)
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -73,12 +74,22 @@ class Parking:
             trio.lowlevel.notify_closing(fd)
             reactor.close()
 
-    async def park(self, conn: Connection) -> None:
+    async def park(self, conn: Connection) -> bool:
         """Wait, parked, until the reactor hands the connection back (conn.handover says
-        with what; None: the reactor has stopped). A cancel takes it off the reactor."""
+        with what; None: the reactor has stopped); False at once if the socket could not
+        join the reactor (the connection then waits through Trio). A cancel takes it off
+        the reactor."""
         reactor = self.reactor
         fd = conn.fd
-        reactor.add(fd, conn)
+        try:
+            reactor.add(fd, conn)
+        except OSError as exc:  # the kernel's limit of epoll watches, or its memory
+            if not self._refused:
+                self._refused = True
+                log.warning(
+                    "a connection cannot park on the reactor (%s): it waits through Trio", exc
+                )
+            return False
         self._tasks[conn] = trio.lowlevel.current_task()
 
         def abort(_: Any) -> trio.lowlevel.Abort:
@@ -87,3 +98,4 @@ class Parking:
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
+        return True

@@ -114,7 +114,8 @@ class Reactor:
             if not data:
                 self._hand(handed, fd, b"", b"", False, ENDED, None)
                 continue
-            buf, out, trailing = bytearray(data), bytearray(), []
+            buf, out = bytearray(data), bytearray()
+            trailing: list[tuple[int, int]] = []
             pos = 0
             if table is not None:
                 try:

@@ -415,3 +415,33 @@ def test_a_failing_reactor_is_logged_and_connections_carry_on_without_it(
 
     run(main)
     assert any("the reactor failed" in r.getMessage() for r in caplog.records)
+
+
+class Refusing:
+    """A reactor that takes no more sockets, as when the kernel's epoll watches run out."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def add(self, fd: int, conn: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+
+def test_a_socket_the_reactor_refuses_waits_through_trio(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        async with serving(config(), count=2) as (server, [a, b]):
+            ma = await join(a)
+            server.parking.reactor = Refusing(server.parking.reactor)
+            for _ in range(3):  # handed back, and then not parked again
+                assert (await a.ask(ApiVersionsRequest(), 0)).error_code == 0
+                await a.send(ma.heartbeat())
+                assert (await a.receive()).error_code == 0
+            assert (await b.ask(ApiVersionsRequest(), 0)).error_code == 0
+            assert len(server.parking) == 0
+
+    run(main)
+    refused = [r for r in caplog.records if "cannot park" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].levelname == "WARNING"
