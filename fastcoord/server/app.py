@@ -52,6 +52,7 @@ from fastcoord.server.broker import Broker
 from fastcoord.server.connection import Connection, Slot
 from fastcoord.server.event_log import EventLog
 from fastcoord.server.load_progress import LoadProgress
+from fastcoord.server.parking import Parking
 from fastcoord.storage.lock import DataDirLocked
 from fastcoord.storage.log import LogCorruption
 from fastcoord.storage.memory import MemoryStore
@@ -81,6 +82,7 @@ class Server:
         self._waiting_fetches: dict[int, tuple[Slot, Any]] = {}
         self._next_fetch = 0
         self.connections: set[Connection] = set()
+        self.parking = Parking(self)  # idle connections' lone heartbeats, once it runs
         self.owed_bytes = 0  # answers all connections owe: bounded by queued.max.response.bytes
         self.store = store
         self.event_log: EventLog | None = None
@@ -437,6 +439,7 @@ async def _serve(
     )
     task_status.started(port)
     async with trio.open_nursery() as nursery:
+        await nursery.start(server.parking.run)
         nursery.start_soon(server.clock)
         nursery.start_soon(server.load)
         nursery.start_soon(collector.run)

@@ -24,6 +24,12 @@ connections.max.idle.ms, Kafka's rule: a connection that waits for its own answe
 idle, and one that owes ready answers and has written none for that long is closed, with a
 line saying what it owed. When the client goes, what it sent and was owed is dropped.
 
+A connection that owes nothing waits for its next bytes parked on the server's reactor
+(parking.py) rather than through Trio: a read of heartbeats the member table answers alone
+is answered there, in compiled code, and anything else comes back here with the bytes read,
+to be handled as if this task had read them. So every rule above holds whichever way a
+request goes.
+
 A malformed frame closes this connection, with a log line naming the peer and the reason;
 nothing else is affected. Bytes after a well-formed request's message are ignored, as Kafka
 ignores them, with a DEBUG line per request. At shutdown the connection stops reading and
@@ -36,7 +42,7 @@ import logging
 import os
 import struct
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -115,7 +121,11 @@ class Connection:
         # set it), and wait through Trio only when it would block: a round trip then costs
         # one scheduler pass and a few system calls instead of several of each, which is
         # most of a lone heartbeat's latency.
-        self._fd = stream.socket.fileno()
+        self.fd = stream.socket.fileno()
+        self._wait_first = False  # the last read took all there was: wait before reading
+        # What the reactor handed back when it woke this connection from its park:
+        # (self, answers, rest, more, error, trailing) as reactor.drain gives it, or None.
+        self.handover: tuple[Any, ...] | None = None
 
     async def run(self) -> None:
         try:
@@ -202,13 +212,19 @@ class Connection:
             deadline = max(self._last_io, waited_from) + idle_s
             with trio.CancelScope(deadline=deadline) as idle:
                 while not self.closed:
-                    if self._unhandled:  # a cancel stopped the handling part-way: go on
+                    if self._unhandled:  # handed over, or a cancel stopped the handling
                         await self._answer_buffered()
                         continue
+                    if self._wait_first:
+                        self._wait_first = False
+                        if not await self._readable():
+                            return
+                        continue
                     try:
-                        data = os.read(self._fd, READ_CHUNK)
+                        data = os.read(self.fd, READ_CHUNK)
                     except BlockingIOError:
-                        await trio.lowlevel.wait_readable(self._fd)
+                        if not await self._readable():
+                            return
                         continue
                     if not data:
                         return
@@ -223,7 +239,8 @@ class Connection:
                         return
                     if len(data) < READ_CHUNK:
                         # Most likely all there was: wait for more rather than read again.
-                        await trio.lowlevel.wait_readable(self._fd)
+                        if not await self._readable():
+                            return
                     else:
                         await trio.lowlevel.checkpoint()  # let other connections run
             if not idle.cancelled_caught:
@@ -243,6 +260,60 @@ class Connection:
                 continue
             log.info("closing idle connection from %s", self.peer)
             return
+
+    async def _readable(self) -> bool:
+        """Wait until there are bytes to handle: parked on the reactor when this connection
+        owes nothing, else through Trio. False when the client has closed its end."""
+        parking = self.server.parking
+        if parking.reactor is None or not self._owes_nothing():
+            await trio.lowlevel.wait_readable(self.fd)
+            return True
+        self.handover = None
+        if not await parking.park(self):
+            await trio.lowlevel.wait_readable(self.fd)
+            return True
+        handover, self.handover = self.handover, None
+        if handover is None:
+            return True  # a cancel or the reactor's end: read the socket ourselves
+        _, answers, rest, more, error, trailing = handover
+        self._last_io = trio.current_time()
+        for version, extra in trailing or ():
+            self._ignored(HeartbeatRequest, version, extra)
+        if answers:
+            # The answers of the heartbeats that began the read (or what the socket did not
+            # take): first in line, written with what follows by _answer_buffered.
+            self._reader_writes = True
+            self.fill(self._slot(None), answers)
+            self._reader_writes = False
+            self._unhandled = True
+        if rest:
+            if self._pos:
+                del self._buf[: self._pos]
+                self._pos = 0
+            self._buf += rest
+            self._unhandled = True
+        self._wait_first = not more
+        if error > 0:
+            raise OSError(error, os.strerror(error))
+        return error == 0
+
+    def _owes_nothing(self) -> bool:
+        """Nothing queued, unwritten or unhandled, and no member waiting for its answer."""
+        return not (
+            self.slots
+            or self._out
+            or self.held
+            or self._commits
+            or self._unhandled
+            or self._pos < len(self._buf)
+            or self.closed
+            or self.finishing
+        )
+
+    def moved_at(self, t: float) -> None:
+        """The reactor moved bytes on this connection at Trio time t."""
+        if t > self._last_io:
+            self._last_io = t
 
     async def _answer_buffered(self) -> None:
         """Handle the frames received, and write the answers ready from this task: no
@@ -399,7 +470,7 @@ class Connection:
         if not out:
             return True
         try:
-            sent = os.write(self._fd, out)
+            sent = os.write(self.fd, out)
         except BlockingIOError:
             return False
         del out[:sent]
@@ -425,10 +496,10 @@ class Connection:
                 self._wake = trio.Event()
                 await self._wake.wait()
             elif warned:
-                await trio.lowlevel.wait_writable(self._fd)
+                await trio.lowlevel.wait_writable(self.fd)
             else:
                 with trio.move_on_after(SLOW_READER_S) as slow:
-                    await trio.lowlevel.wait_writable(self._fd)
+                    await trio.lowlevel.wait_writable(self.fd)
                 if slow.cancelled_caught:
                     warned = True
                     log.warning(

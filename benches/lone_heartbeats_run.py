@@ -1,0 +1,291 @@
+"""Server CPU per lone heartbeat: many members, a connection each, heartbeats spread evenly.
+
+    python -m benches.lone_heartbeats_run --connections 18000 --rate 6000 --seconds 30
+
+What real clients do to a coordinator: every member on its own connection sends one
+Heartbeat every heartbeat.interval.ms, so nearly every read the server makes holds one
+heartbeat. Starts `fastcoord serve` (in memory, pinned to one core when there are two),
+joins `--connections` members, each alone in its group, on a connection of its own (in
+batches, so that the server's listen queue never overflows), then sends `--rate`
+heartbeats a second spread evenly over the connections, in round robin (the worst case for
+batching: one heartbeat per read, seldom two ready at once), from one plain-Python epoll
+loop pinned to the other core. Every answer is checked (its size, correlation id and error
+code 0). Over the last `--seconds` it reads the server's CPU time from /proc: CPU per
+heartbeat, and the round trips' p50/p99. With `--strace`, `strace -c -f` counts the
+server's system calls for 5 s after that window, per heartbeat; with `--perf-stat`, perf
+counts them (and context switches) in the window itself. Nothing here runs at import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.errors import ErrorCode
+from fastcoord.protocol.framing import decode_response, encode_request
+from fastcoord.protocol.headers import RequestHeader
+from fastcoord.protocol.messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupRequestProtocol,
+    SyncGroupRequest,
+    SyncGroupRequestAssignment,
+)
+from fastcoord.protocol.schema import Request, Response
+from fastcoord.server.startup import raise_file_limit
+from fastcoord.testing import ServerProcess, fastcoord_server
+from fastcoord.testing_cpu import cores, sched_seconds
+
+CLIENT_ID = "fastcoord-lone"
+VERSION = 3  # Heartbeat v3, as librdkafka sends
+BATCH = 500  # members joining at once
+_ANSWER = struct.Struct(">iiih")  # size, correlation id, throttle time, error code
+_CORRELATION = struct.Struct(">i")  # at byte 8 of a request frame: after size, key, version
+
+
+class Members:
+    """`count` members, each alone in its group, each on its own connection."""
+
+    def __init__(self, server: ServerProcess, count: int) -> None:
+        self.socks: list[socket.socket] = []
+        self.frames: list[bytearray] = []  # each member's heartbeat frame
+        for start in range(0, count, BATCH):
+            self._join(server, range(start, min(count, start + BATCH)))
+
+    def _join(self, server: ServerProcess, batch: range) -> None:
+        socks = [socket.create_connection((server.host, server.port)) for _ in batch]
+        for s in socks:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        groups = [f"lone-{i}" for i in batch]
+        first = ask_all(socks, [(join(g, ""), 5) for g in groups])
+        joined = ask_all(
+            socks, [(join(g, a.member_id), 5) for g, a in zip(groups, first, strict=True)]
+        )
+        syncs = [
+            (
+                SyncGroupRequest(
+                    group_id=g,
+                    generation_id=a.generation_id,
+                    member_id=a.member_id,
+                    assignments=[SyncGroupRequestAssignment(a.member_id, b"")],
+                ),
+                3,
+            )
+            for g, a in zip(groups, joined, strict=True)
+        ]
+        for synced in ask_all(socks, syncs):
+            if synced.error_code != ErrorCode.NONE:
+                raise RuntimeError(f"SyncGroup: error {synced.error_code}")
+        for s, g, a in zip(socks, groups, joined, strict=True):
+            header = RequestHeader(ApiKey.HEARTBEAT, VERSION, 0, CLIENT_ID)
+            request = HeartbeatRequest(g, a.generation_id, a.member_id, None)
+            self.frames.append(bytearray(encode_request(header, request)))
+            s.setblocking(False)
+        self.socks += socks
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+
+
+def join(group: str, member_id: str) -> JoinGroupRequest:
+    return JoinGroupRequest(
+        group_id=group,
+        session_timeout_ms=300_000,
+        rebalance_timeout_ms=300_000,
+        member_id=member_id,
+        protocol_type="consumer",
+        protocols=[JoinGroupRequestProtocol("range", b"")],
+    )
+
+
+def ask_all(socks: list[socket.socket], requests: list[tuple[Request, int]]) -> list[Any]:
+    """One request on each socket, all sent before any answer is read."""
+    for s, (request, version) in zip(socks, requests, strict=True):
+        s.sendall(encode_request(RequestHeader(request.API_KEY, version, 1, CLIENT_ID), request))
+    answers: list[Response] = []
+    for s, (request, version) in zip(socks, requests, strict=True):
+        size = struct.unpack(">i", read_exactly(s, 4))[0]
+        answers.append(decode_response(request.API_KEY, version, read_exactly(s, size))[1])
+    return answers
+
+
+def read_exactly(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("the server closed a member's connection")
+        buf += chunk
+    return buf
+
+
+class Driver:
+    """Heartbeats in round robin at an even pace; the answers checked as they come."""
+
+    def __init__(self, members: Members, rate: float) -> None:
+        self.members = members
+        self.interval = 1.0 / rate
+        self.epoll = select.epoll()
+        self.by_fd = {s.fileno(): i for i, s in enumerate(members.socks)}
+        for s in members.socks:
+            self.epoll.register(s.fileno(), select.EPOLLIN)
+        self.sent_at = [0.0] * len(members.socks)  # 0: no heartbeat in flight
+        self.correlation = [0] * len(members.socks)
+        self.next = 0
+        self.answered = 0
+        self.late = 0  # due while the member's last heartbeat was still unanswered
+        self.latencies: list[float] = []
+
+    def run(self, seconds: float, record: bool = False) -> None:
+        start = time.monotonic()
+        due = start
+        end = start + seconds
+        socks = self.members.socks
+        count = len(socks)
+        while True:
+            now = time.monotonic()
+            if now >= end:
+                break
+            while due <= now:
+                i = self.next
+                self.next = (i + 1) % count
+                due += self.interval
+                if self.sent_at[i]:
+                    self.late += 1
+                    continue
+                self.correlation[i] += 1
+                frame = self.members.frames[i]
+                _CORRELATION.pack_into(frame, 8, self.correlation[i])
+                self.sent_at[i] = time.monotonic()
+                socks[i].send(frame)  # 46 bytes on an idle socket: always whole
+            for fd, _ in self.epoll.poll(max(0.0, min(due, end) - time.monotonic()), 1024):
+                i = self.by_fd[fd]
+                data = socks[i].recv(64)
+                if len(data) != _ANSWER.size:
+                    raise RuntimeError(f"member {i}: an answer of {len(data)} bytes")
+                _, correlation, _, error = _ANSWER.unpack(data)
+                if correlation != self.correlation[i] or error != ErrorCode.NONE:
+                    raise RuntimeError(f"member {i}: answer {correlation} with error {error}")
+                if record:
+                    self.latencies.append(time.monotonic() - self.sent_at[i])
+                self.sent_at[i] = 0.0
+                self.answered += 1
+
+
+def strace_calls(pid: int, seconds: float, driver: Driver) -> tuple[dict[str, int], int]:
+    """The server's system calls over `seconds` of the load (strace -c -f), and the
+    heartbeats answered meanwhile."""
+    out = Path(tempfile.mkdtemp(prefix="fastcoord-strace-")) / "calls"
+    tracer = subprocess.Popen(
+        ["strace", "-c", "-f", "-p", str(pid), "-o", str(out)], stderr=subprocess.DEVNULL
+    )
+    try:
+        time.sleep(0.5)  # attached
+        before = driver.answered
+        driver.run(seconds)
+        answered = driver.answered - before
+    finally:
+        tracer.send_signal(2)
+        tracer.wait(timeout=30)
+    calls: dict[str, int] = {}
+    for line in out.read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[-1].isidentifier() and fields[3].isdigit():
+            calls[fields[-1]] = int(fields[3])
+    return calls, answered
+
+
+EVENTS = ("epoll_wait", "epoll_ctl", "recvfrom", "sendto", "read", "write")
+
+
+def perf_stat(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """perf stat counting the server's system calls and context switches until SIGINT:
+    cheap enough to run in the measured window (strace is not)."""
+    events = [f"syscalls:sys_enter_{e}" for e in EVENTS] + ["context-switches"]
+    return subprocess.Popen(
+        ["perf", "stat", "-x", ",", "-e", ",".join(events), "-p", str(pid), "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def perf_counts(out: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for line in out.read_text().splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[0].isdigit():
+            counts[fields[2].removeprefix("syscalls:sys_enter_")] = int(fields[0])
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--connections", type=int, default=18_000)
+    parser.add_argument("--rate", type=float, default=6_000, help="heartbeats per second")
+    parser.add_argument("--seconds", type=float, default=30, help="the measured window")
+    parser.add_argument("--warmup", type=float, default=5)
+    parser.add_argument("--strace", action="store_true", help="count system calls after")
+    parser.add_argument(
+        "--perf-stat", action="store_true", help="count system calls in the window (perf)"
+    )
+    args = parser.parse_args(argv)
+    raise_file_limit()
+    client_core, server_core = cores()
+    if client_core is not None:
+        os.sched_setaffinity(0, {client_core})
+    with tempfile.TemporaryDirectory(prefix="fastcoord-lone-") as tmp:
+        serve_args = ("--in-memory", "--group-initial-rebalance-delay-ms", "0")
+        with fastcoord_server(Path(tmp), *serve_args, core=server_core) as server:
+            started = time.monotonic()
+            members = Members(server, args.connections)
+            joined_s = time.monotonic() - started
+            try:
+                driver = Driver(members, args.rate)
+                driver.run(args.warmup)
+                stat = Path(tmp) / "perf-stat"
+                counter = perf_stat(server.pid, stat) if args.perf_stat else None
+                before, answered, t0 = sched_seconds(server.pid), driver.answered, time.monotonic()
+                driver.run(args.seconds, record=True)
+                after, t1 = sched_seconds(server.pid), time.monotonic()
+                if counter is not None:
+                    counter.send_signal(2)
+                    counter.wait(timeout=30)
+                counts = perf_counts(stat) if counter is not None else {}
+                answered = driver.answered - answered
+                calls, traced = strace_calls(server.pid, 5, driver) if args.strace else ({}, 0)
+            finally:
+                members.close()
+    assert before is not None and after is not None
+    cpu = after[0] - before[0]
+    lat = np.array(driver.latencies) * 1e6
+    print(
+        f"{args.connections:,} connections (joined in {joined_s:.1f} s), "
+        f"{answered / (t1 - t0):,.0f} heartbeats/s answered (asked {args.rate:,.0f}/s, "
+        f"{driver.late} skipped: still in flight); server {cpu / (t1 - t0):.3f} cores, "
+        f"{cpu / answered * 1e6:.1f} us CPU per heartbeat, waited {after[1] - before[1]:.2f} s "
+        f"for a core in {t1 - t0:.0f} s; round trip p50 {np.percentile(lat, 50):.0f} us, "
+        f"p99 {np.percentile(lat, 99):.0f} us"
+    )
+    if counts:
+        per = ", ".join(f"{name} {n / answered:.2f}" for name, n in counts.items())
+        print(f"per heartbeat in the window (perf stat): {per}")
+    if calls:
+        per = ", ".join(f"{name} {n / traced:.2f}" for name, n in sorted(calls.items()) if n)
+        print(f"system calls per heartbeat (strace -c -f, {traced:,} heartbeats): {per}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,101 @@
+"""Idle connections parked on the reactor, so that a lone heartbeat costs no Trio task.
+
+With one member per connection, as real clients have, nearly every read is one Heartbeat,
+and waking the connection's task for it (the scheduler pass, Trio's epoll_ctl re-arm, the
+Python of the read and the write) was most of the server's CPU. So a connection that owes
+nothing (no answer queued or unwritten, no unhandled bytes, no member waiting for its
+JoinGroup or SyncGroup answer) parks its socket on the reactor (server/native.py:
+_ext/reactor.pyx or its twin), one epoll descriptor on which one Trio task, `run`, waits.
+When parked sockets are readable, one compiled call reads each and answers a read of
+heartbeats that the member table answers alone with one write. Anything else comes back to
+the connection's task with the bytes read, and is handled the ordinary way (connection.py):
+the connection leaves the reactor until it owes nothing again. So every rule of the
+connection (answers in request order, a member's requests behind its own JoinGroup, the
+bounds, idleness, malformed frames, shutdown) holds whichever way a request goes.
+
+It must never hold a connection that owes anything, nor keep a parked task from its
+cancellation: a cancelled park (the idle deadline, shutdown) takes the socket off the
+reactor before the task goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from fastcoord.server.native import reactor as native
+
+if TYPE_CHECKING:
+    from fastcoord.server.app import Server
+    from fastcoord.server.connection import Connection
+
+log = logging.getLogger("fastcoord.server")
+
+
+class Parking:
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.reactor: Any = None  # while run() runs; connections park only then
+        self._tasks: dict[Connection, trio.lowlevel.Task] = {}
+        self._refused = False  # a socket could not join the reactor (logged once)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve parked connections until cancelled. A bug met here is logged, and the
+        connections carry on without the reactor."""
+        server = self.server
+        reactor = native.Reactor(server.config.socket_request_max_bytes)
+        fd = reactor.fileno()
+        self.reactor = reactor
+        task_status.started()
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(fd)
+                handed = reactor.drain(
+                    server.heartbeat_table(), server.now_ms(), trio.current_time()
+                )
+                for item in handed:
+                    conn = item[0]
+                    conn.handover = item
+                    trio.lowlevel.reschedule(self._tasks.pop(conn))
+        except Exception:
+            log.exception("the reactor failed; connections wait through Trio from now on")
+        finally:
+            self.reactor = None
+            for conn, task in self._tasks.items():
+                conn.moved_at(reactor.remove(conn.fd))
+                conn.handover = None
+                trio.lowlevel.reschedule(task)
+            self._tasks.clear()
+            trio.lowlevel.notify_closing(fd)
+            reactor.close()
+
+    async def park(self, conn: Connection) -> bool:
+        """Wait, parked, until the reactor hands the connection back (conn.handover says
+        with what; None: the reactor has stopped); False at once if the socket could not
+        join the reactor (the connection then waits through Trio). A cancel takes it off
+        the reactor."""
+        reactor = self.reactor
+        fd = conn.fd
+        try:
+            reactor.add(fd, conn)
+        except OSError as exc:  # the kernel's limit of epoll watches, or its memory
+            if not self._refused:
+                self._refused = True
+                log.warning(
+                    "a connection cannot park on the reactor (%s): it waits through Trio", exc
+                )
+            return False
+        self._tasks[conn] = trio.lowlevel.current_task()
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            del self._tasks[conn]
+            conn.moved_at(reactor.remove(fd))
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+        return True
