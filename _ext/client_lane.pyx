@@ -1,6 +1,7 @@
 # cython: language_level=3
 """Compiled lane of fastcoord's client: a connection's members' heartbeats and commits,
-sent, matched and recorded without a Python object per request.
+sent, matched and recorded without a Python object per request; and the poller that reads
+many lanes' sockets without a Trio wake-up per read.
 
 Twin: fastcoord/client/lane.py, which states the contract and why the lane exists.
 Errors are built by the twin's own helpers or with the twin's texts, and differential
@@ -33,13 +34,45 @@ from cpython.list cimport PyList_GET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport PyObject
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.errno cimport EAGAIN, EINTR, errno
 from libc.stdlib cimport qsort
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcmp, memcpy, memmove, memset
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+from posix.unistd cimport close, read
+
+import os
 
 import numpy as np
 
 from fastcoord.client.frames import frame_size_error
-from fastcoord.client.lane import OFFSET_LIMIT, _check_frame, _check_sink, _check_times
+from fastcoord.protocol.errors import ProtocolError
+from fastcoord.client.lane import (
+    MAX_EVENTS,
+    OFFSET_LIMIT,
+    READ_BYTES,
+    _check_frame,
+    _check_sink,
+    _check_times,
+    closed,
+)
+
+cdef extern from "<sys/epoll.h>":
+    ctypedef union epoll_data_t:
+        void* ptr
+        int fd
+        uint32_t u32
+        uint64_t u64
+    cdef struct epoll_event:
+        uint32_t events
+        epoll_data_t data
+    int epoll_create1(int flags)
+    int epoll_ctl(int epfd, int op, int fd, epoll_event* event)
+    int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout)
+    enum:
+        EPOLLIN
+        EPOLL_CTL_ADD
+        EPOLL_CTL_DEL
+        EPOLL_CLOEXEC
 
 cdef extern from "debug.h":
     int FASTCOORD_DEBUG
@@ -109,6 +142,13 @@ cdef struct Request:
     uint32_t generation
     uint8_t kind
     uint8_t answered
+
+
+cdef inline int64_t _now_ns() noexcept:
+    """time.perf_counter_ns(): CLOCK_MONOTONIC, as CPython reads it on Linux."""
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return <int64_t>t.tv_sec * 1000000000 + t.tv_nsec
 
 
 cdef inline int32_t _get32(const uint8_t* q) noexcept:
@@ -213,6 +253,10 @@ cdef class Lane:
     cdef Py_ssize_t _in_flight
     cdef char* _out  # where `due` builds its frames
     cdef Py_ssize_t _out_capacity
+    cdef char* _in  # what the poller read and the walk has not taken (an incomplete frame)
+    cdef Py_ssize_t _in_length
+    cdef Py_ssize_t _in_capacity
+    cdef readonly int64_t received_at_ns  # when the poller last read something
 
     def __cinit__(self, Py_ssize_t slots, latency, commits):
         if slots < 0:
@@ -260,6 +304,7 @@ cdef class Lane:
         PyMem_Free(self._wheel)
         PyMem_Free(self._ring)
         PyMem_Free(self._out)
+        PyMem_Free(self._in)
 
     @property
     def slots(self):
@@ -534,41 +579,76 @@ cdef class Lane:
         """Walk the complete response frames at buf[pos:]; the position after the last.
         See the twin for the contract."""
         cdef Py_buffer view
-        cdef const uint8_t* p
-        cdef Py_ssize_t end, size, start
-        cdef int32_t correlation_id
-        cdef Request request
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         try:
-            p = <const uint8_t*>view.buf
-            end = view.len
-            if pos < 0 or pos > end:
+            if pos < 0 or pos > view.len:
                 raise ValueError("pos is outside buf")
             if heartbeat_version < 0:
                 raise ValueError(f"Heartbeat v{heartbeat_version} does not exist")
-            while end - pos >= 4:
-                size = _get32(p + pos)
-                if size < 4 or size > max_size:
-                    raise frame_size_error(size, max_size)
-                if size > end - pos - 4:
-                    break
-                start = pos + 4
-                pos = start + size
-                # size >= 4 and start + size <= end: the correlation id is inside the buffer.
-                correlation_id = _get32(p + start)
-                while self._count and self._ring[self._head].answered:
-                    self._pop()
-                if self._count and self._ring[self._head].correlation_id == correlation_id:
-                    request = self._ring[self._head]
-                    self._pop()
-                    self._answer(&request, p + start, size, heartbeat_version, now_ns, unusual)
-                else:
-                    others.append(
-                        (correlation_id, PyBytes_FromStringAndSize(<const char*>(p + start), size))
-                    )
-            return pos
+            return self._walk(
+                <const uint8_t*>view.buf, pos, view.len, max_size, heartbeat_version, now_ns,
+                unusual, others,
+            )
         finally:
             PyBuffer_Release(&view)
+
+    cdef Py_ssize_t _walk(self, const uint8_t* p, Py_ssize_t pos, Py_ssize_t end,
+                          Py_ssize_t max_size, int heartbeat_version, int64_t now_ns,
+                          list unusual, list others) except -1:
+        cdef Py_ssize_t size, start
+        cdef int32_t correlation_id
+        cdef Request request
+        while end - pos >= 4:
+            size = _get32(p + pos)
+            if size < 4 or size > max_size:
+                raise frame_size_error(size, max_size)
+            if size > end - pos - 4:
+                break
+            start = pos + 4
+            pos = start + size
+            # size >= 4 and start + size <= end: the correlation id is inside the buffer.
+            correlation_id = _get32(p + start)
+            while self._count and self._ring[self._head].answered:
+                self._pop()
+            if self._count and self._ring[self._head].correlation_id == correlation_id:
+                request = self._ring[self._head]
+                self._pop()
+                self._answer(&request, p + start, size, heartbeat_version, now_ns, unusual)
+            else:
+                others.append(
+                    (correlation_id, PyBytes_FromStringAndSize(<const char*>(p + start), size))
+                )
+        return pos
+
+    cdef int _receive(self, int fd, Py_ssize_t max_size, int heartbeat_version,
+                      list unusual, list others) except -2:
+        """One read of the socket `fd` into the lane's buffer, and the walk of the frames
+        now whole: 1 if it read some, 0 if the peer closed, -1 if there was nothing."""
+        cdef Py_ssize_t got, pos
+        cdef char* grown
+        if self._in_capacity - self._in_length < READ_BYTES:
+            grown = <char*>PyMem_Realloc(self._in, self._in_length + READ_BYTES)
+            if grown == NULL:
+                raise MemoryError()
+            self._in = grown
+            self._in_capacity = self._in_length + READ_BYTES
+        cdef int code
+        got = read(fd, self._in + self._in_length, self._in_capacity - self._in_length)
+        if got < 0:
+            code = errno
+            if code == EAGAIN or code == EINTR:
+                return -1
+            raise OSError(code, os.strerror(code))
+        if got == 0:
+            return 0
+        self.received_at_ns = _now_ns()
+        self._in_length += got
+        pos = self._walk(<const uint8_t*>self._in, 0, self._in_length, max_size,
+                         heartbeat_version, self.received_at_ns, unusual, others)
+        if pos:
+            memmove(self._in, self._in + pos, self._in_length - pos)
+            self._in_length -= pos
+        return 1
 
     def claim(self, int64_t correlation_id, bytes frame not None, int heartbeat_version,
               int64_t now_ns, list unusual not None):
@@ -634,3 +714,100 @@ cdef class Lane:
         self._latency[kind, SUM] += latency_ns
         if latency_ns > self._latency[kind, MAX]:
             self._latency[kind, MAX] = latency_ns
+
+
+@cython.final
+cdef class Poller:
+    """Reads the sockets of many lanes' connections: one epoll set, one call per wake-up.
+    See the twin for the contract."""
+
+    cdef int _epfd
+    cdef Py_ssize_t _max_size
+    cdef dict _entries  # fd -> (lane, owner, heartbeat version)
+    cdef epoll_event* _events
+
+    def __cinit__(self, Py_ssize_t max_size):
+        self._epfd = -1
+        self._entries = {}
+        self._max_size = max_size
+        self._events = <epoll_event*>PyMem_Malloc(MAX_EVENTS * sizeof(epoll_event))
+        if self._events == NULL:
+            raise MemoryError()
+        self._epfd = epoll_create1(EPOLL_CLOEXEC)
+        if self._epfd < 0:
+            code = errno
+            raise OSError(code, os.strerror(code))
+
+    def __dealloc__(self):
+        if self._epfd >= 0:
+            close(self._epfd)
+        PyMem_Free(self._events)
+
+    def fileno(self):
+        return self._epfd
+
+    def __len__(self):
+        return len(self._entries)
+
+    def add(self, int fd, Lane lane not None, owner, int heartbeat_version):
+        """Read the socket `fd` (non-blocking) into `lane`, for `owner`."""
+        cdef epoll_event event
+        if self._epfd < 0:
+            raise ValueError("the poller is closed")
+        if fd in self._entries:
+            raise ValueError(f"file descriptor {fd} is polled already")
+        if heartbeat_version < 0:
+            raise ValueError(f"Heartbeat v{heartbeat_version} does not exist")
+        event.events = EPOLLIN
+        event.data.u64 = 0
+        event.data.fd = fd
+        cdef int code
+        if epoll_ctl(self._epfd, EPOLL_CTL_ADD, fd, &event) < 0:
+            code = errno
+            raise OSError(code, os.strerror(code))
+        self._entries[fd] = (lane, owner, heartbeat_version)
+
+    def remove(self, int fd):
+        """Stop reading `fd` (before it is closed)."""
+        cdef epoll_event event
+        if self._entries.pop(fd, None) is not None and self._epfd >= 0:
+            epoll_ctl(self._epfd, EPOLL_CTL_DEL, fd, &event)  # gone already if fd was closed
+
+    def close(self):
+        if self._epfd >= 0:
+            close(self._epfd)
+            self._epfd = -1
+        self._entries.clear()
+
+    def poll(self):
+        """One read of every socket ready now; what the owners must hear of."""
+        cdef int ready, i, fd, status, code
+        cdef Lane lane
+        cdef list heard = []
+        cdef list unusual = [], others = []
+        if self._epfd < 0:
+            raise ValueError("the poller is closed")
+        ready = epoll_wait(self._epfd, self._events, MAX_EVENTS, 0)
+        if ready < 0:
+            code = errno
+            if code == EINTR:
+                return heard
+            raise OSError(code, os.strerror(code))
+        for i in range(ready):
+            fd = self._events[i].data.fd
+            entry = self._entries.get(fd)
+            if entry is None:
+                continue
+            lane = <Lane>entry[0]
+            end = None
+            try:
+                status = lane._receive(fd, self._max_size, entry[2], unusual, others)
+                if status == 0:
+                    end = closed()
+            except (OSError, ProtocolError) as exc:
+                end = exc
+            if end is not None or unusual or others:
+                heard.append((entry[1], lane.received_at_ns, unusual, others, end))
+                unusual = []
+                others = []
+        return heard

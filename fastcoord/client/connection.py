@@ -10,8 +10,10 @@ compiled call per read) and leaves the rest to this connection and its `on_lane`
 Sending never blocks the caller: frames go to an outbox that the connection's writer task
 drains, except at a flush, which writes the outbox to the non-blocking socket at once when
 the writer is idle (what the socket does not take goes to the writer). Answers are read
-from the socket itself. Whoever sent a request is told of its answer by a callback, or of
-the connection's loss by the same callback with no answer.
+from the socket itself, by the connection's own task, or, given a poller (lane.Poller), by
+whoever polls it, which hands this connection what its lane leaves (`heard`). Whoever sent
+a request is told of its answer by a callback, or of the connection's loss by the same
+callback with no answer.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 import trio
 
 from fastcoord.client.lane import ROW, Unusual
-from fastcoord.client.native import Lane, make_lane
+from fastcoord.client.native import Lane, Poller, make_lane
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode, ProtocolError
 from fastcoord.protocol.framing import decode_response, encode_request
@@ -110,10 +112,12 @@ class Connection:
         on_lane: OnLane | None = None,
         client_id: str = CLIENT_ID,
         wanted: dict[int, int] | None = None,
+        poller: Poller | None = None,
     ) -> None:
         """`lane` carries the heartbeats and commits of the members using this connection
         (none by default); `on_lane` gets its answers that are not plain successes, and,
-        when the connection ends, a NETWORK_EXCEPTION for each member the lane holds."""
+        when the connection ends, a NETWORK_EXCEPTION for each member the lane holds.
+        With a `poller`, `run` leaves the reading to whoever polls it."""
         self.address = address
         self.wanted = WANTED if wanted is None else wanted
         self.client_id = client_id
@@ -121,6 +125,9 @@ class Connection:
             lane = make_lane(0, np.zeros((2, ROW), np.int64), np.zeros(2, np.int64))
         self.lane = lane
         self.on_lane = on_lane
+        self.poller = poller
+        self._heard_end: BaseException | None = None  # why the poller saw the socket end
+        self._ended = trio.Event()
         self.stream: trio.SocketStream | None = None
         self.versions: dict[int, int] = {}
         self.closed = False
@@ -139,7 +146,7 @@ class Connection:
         self._fd = -1
         self._wake = trio.Event()
         self._scope: trio.CancelScope | None = None
-        self.received_at_ns = time.perf_counter_ns()
+        self._received_at_ns = time.perf_counter_ns()
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -284,7 +291,10 @@ class Connection:
                     nursery.cancel_scope.cancel()
                 nursery.start_soon(self._write, nursery.cancel_scope)
                 try:
-                    await self._read()
+                    if self.poller is not None:
+                        await self._polled(self.poller)
+                    else:
+                        await self._read()
                 except ProtocolError as exc:  # an answer that cannot be read
                     log.warning("closing the connection to %s:%d: %s", *self.address, exc)
                 except LOST as exc:  # caught here: a nursery would wrap it in a group
@@ -340,7 +350,7 @@ class Connection:
             if not data:
                 return
             now = time.perf_counter_ns()
-            self.received_at_ns = now
+            self._received_at_ns = now
             buf += data
             pos = lane.read(
                 buf, 0, MAX_RESPONSE_BYTES, self._heartbeat_version, now, unusual, others
@@ -354,6 +364,41 @@ class Connection:
                 for correlation, frame in others:
                     self._answer(correlation, frame, now)
                 others.clear()
+
+    @property
+    def received_at_ns(self) -> int:
+        """When something was last read from the broker (perf_counter_ns)."""
+        return max(self._received_at_ns, self.lane.received_at_ns)
+
+    async def _polled(self, poller: Poller) -> None:
+        """Let `poller` read the socket until it ends (as `_read` would return or raise)."""
+        poller.add(self._fd, self.lane, self, self._heartbeat_version)
+        try:
+            await self._ended.wait()
+        finally:
+            poller.remove(self._fd)  # before the socket closes and its number is reused
+        if self._heard_end is not None and not isinstance(self._heard_end, EOFError):
+            raise self._heard_end
+
+    def heard(
+        self,
+        now: int,
+        unusual: list[Unusual],
+        others: list[tuple[int, bytes]],
+        end: BaseException | None,
+    ) -> None:
+        """What the poller read for this connection: the lane's unusual answers, the other
+        answers, and the socket's end (lane.Heard)."""
+        try:
+            if unusual:
+                self._unusual(unusual, now)
+            for correlation, frame in others:
+                self._answer(correlation, frame, now)
+        except ProtocolError as exc:  # an answer that cannot be read, or was never asked
+            end = exc
+        if end is not None and not self._ended.is_set():
+            self._heard_end = end
+            self._ended.set()
 
     def _answer(self, correlation: int, frame: bytes, now: int) -> None:
         entry = self._pending.pop(correlation, None) or self._joins.pop(correlation, None)

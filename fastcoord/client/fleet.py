@@ -35,6 +35,7 @@ import trio
 
 from fastcoord.client.connection import (
     LIBRDKAFKA,
+    MAX_RESPONSE_BYTES,
     WANTED,
     Connection,
     ConnectionLost,
@@ -49,6 +50,7 @@ from fastcoord.client.native import (
     commit_template,
     heartbeat_template,
     make_lane,
+    make_poller,
 )
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode
@@ -135,8 +137,9 @@ class Seat:
     connection: Connection | None = None
     coordinator: tuple[str, int] | None = None
     retries: int = 0  # since it was last stable
-    # Set while the scenario has this seat down (crashed, or restarting): no timers act.
-    down: bool = False
+    # Set until the member is started, and while the scenario has it down (crashed, or
+    # restarting): no timers act, and the watchdog does not wait for it.
+    down: bool = True
     lane: Lane | None = None  # where the member heartbeats while stable
     commit_keys: list[tuple[str, int]] = field(default_factory=list)  # what its lane commits
 
@@ -183,6 +186,7 @@ class Fleet:
         # Connections by the tick of their flush: tick % len(self._flushes).
         self._flushes: list[list[Connection]] = [[] for _ in range(self._flush_ticks())]
         self._opened = 0
+        self._poller = make_poller(MAX_RESPONSE_BYTES)
         self._bootstrap: Connection | None = None
         self._nursery: trio.Nursery | None = None
         self._rng = random.Random(config.seed)
@@ -208,13 +212,17 @@ class Fleet:
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect to the bootstrap broker and learn the topics, then keep timers until
         cancelled. Raises OSError when the bootstrap broker cannot be reached."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self._bootstrap = await self._open(self.config.bootstrap)
-            nursery.start_soon(self._bootstrap.run)
-            await self._learn_topics()
-            nursery.start_soon(self._ticker)
-            task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._bootstrap = await self._open(self.config.bootstrap)
+                nursery.start_soon(self._bootstrap.run)
+                await self._learn_topics()
+                nursery.start_soon(self._ticker)
+                nursery.start_soon(self._poll)
+                task_status.started()
+        finally:
+            self._poller.close()
 
     def _flush_ticks(self) -> int:
         c = self.config
@@ -224,6 +232,7 @@ class Fleet:
         return max(1, min(FLUSH_MS, min(intervals) // 20) // TICK_MS)
 
     async def _open(self, address: tuple[str, int], lane: bool = False) -> Connection:
+        """A connection to `address`; with `lane`, one for members, read by the poller."""
         connection = Connection(
             address,
             make_lane(
@@ -233,9 +242,19 @@ class Fleet:
             ),
             self._on_lane,
             wanted=self._wanted,
+            poller=self._poller if lane else None,
         )
         await connection.open(self.config.connect_timeout_s)
         return connection
+
+    async def _poll(self) -> None:
+        """Read the members' connections: one wake-up for all the sockets ready."""
+        poller = self._poller
+        while True:
+            await trio.lowlevel.wait_readable(poller.fileno())
+            for connection, now, unusual, others, end in poller.poll():
+                assert isinstance(connection, Connection)
+                connection.heard(now, unusual, others, end)
 
     async def _learn_topics(self) -> None:
         assert self._bootstrap is not None

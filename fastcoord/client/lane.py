@@ -1,4 +1,5 @@
-"""A connection's members' heartbeats and commits, sent, matched and recorded in bulk.
+"""A connection's members' heartbeats and commits, sent, matched and recorded in bulk; and
+the poller that reads many connections' sockets at once.
 
 A load test's stable member does little but heartbeat every few seconds and commit every
 few; at a million members that is 333k heartbeats a second, too many for a Python object
@@ -22,6 +23,12 @@ The latency sink is an int64 array of two rows, heartbeats then commits: each ro
 histogram's BUCKETS counts (histogram.py's buckets) then the count, the sum and the maximum
 of the latencies in ns. The commit sink counts commits answered and offsets stored.
 
+The poller: a Trio task per connection waking for each read costs more than the read
+(tens of microseconds of scheduling, for a read every flush of every connection), so a
+fleet waits on one epoll set of all its lanes' sockets and, once woken, reads every socket
+ready with one call, each into its lane, which matches and records what it read; the
+owners hear only of what their lane leaves to them, and of a socket's end.
+
 This twin is the reference; _ext/client_lane.pyx is the compiled module, and differential
 property tests check that both give the same frames, the same answers, the same sinks and
 the same errors for any input.
@@ -29,7 +36,11 @@ the same errors for any input.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
 import struct
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -38,6 +49,7 @@ import numpy.typing as npt
 
 from fastcoord.client.frames import frame_size_error, heartbeat_error
 from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.errors import ProtocolError
 
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
@@ -54,6 +66,8 @@ LIMIT_US = 1 << 30
 ROW = BUCKETS + 3  # the counts, then count, sum_ns, max_ns
 COUNT, SUM, MAX = BUCKETS, BUCKETS + 1, BUCKETS + 2
 NEVER = (1 << 63) - 1
+READ_BYTES = 256 * 1024  # the most a poller reads from one socket at a time
+MAX_EVENTS = 256  # sockets a poll reads at most
 # Bounds on what a slot is given, so that no sum of them leaves an int64.
 TIME_LIMIT = 1 << 62  # |due_ms|
 INTERVAL_LIMIT = (1 << 31) - 1
@@ -114,6 +128,8 @@ class Lane:
         self._queue: deque[_Request] = deque()  # sent, unanswered, in request order
         self._unstamped: list[_Request] = []
         self._in_flight = 0
+        self._in = bytearray()  # what the poller read and the walk has not taken
+        self.received_at_ns = 0  # when the poller last read something
 
     @property
     def slots(self) -> int:
@@ -412,3 +428,92 @@ def _check_frame(what: str, frame: bytes) -> None:
         raise TypeError(f"the {what} frame is {type(frame).__name__}, not bytes")
     if len(frame) < MIN_FRAME:
         raise ValueError(f"a {what} frame of {len(frame)} bytes; a request has at least 12")
+
+
+# What a poll tells an owner: (owner, when its socket was read, its lane's unusual answers,
+# the other answers as (correlation id, frame), and the socket's end or None).
+Heard = tuple[object, int, list[Unusual], list[tuple[int, bytes]], BaseException | None]
+
+
+def closed() -> EOFError:
+    """A socket's end when its peer closed it."""
+    return EOFError("the broker closed the connection")
+
+
+class Poller:
+    """Reads the sockets of many lanes' connections (see the module's docstring). Frames
+    longer than `max_size` are refused, as `Lane.read` refuses them."""
+
+    def __init__(self, max_size: int) -> None:
+        self._epoll: select.epoll | None = select.epoll()
+        self._entries: dict[int, tuple[Lane, object, int]] = {}
+        self._max_size = max_size
+
+    def fileno(self) -> int:
+        """The epoll set's descriptor: readable when a socket is."""
+        if self._epoll is None:
+            return -1
+        return self._epoll.fileno()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add(self, fd: int, lane: Lane, owner: object, heartbeat_version: int) -> None:
+        """Read the socket `fd` (non-blocking) into `lane`, for `owner`; its Heartbeat
+        answers are of `heartbeat_version`."""
+        if self._epoll is None:
+            raise ValueError("the poller is closed")
+        if fd in self._entries:
+            raise ValueError(f"file descriptor {fd} is polled already")
+        if heartbeat_version < 0:
+            raise ValueError(f"Heartbeat v{heartbeat_version} does not exist")
+        self._epoll.register(fd, select.EPOLLIN)
+        self._entries[fd] = (lane, owner, heartbeat_version)
+
+    def remove(self, fd: int) -> None:
+        """Stop reading `fd` (before it is closed)."""
+        if self._entries.pop(fd, None) is not None and self._epoll is not None:
+            with contextlib.suppress(OSError):  # gone already: the descriptor was closed
+                self._epoll.unregister(fd)
+
+    def close(self) -> None:
+        if self._epoll is not None:
+            self._epoll.close()
+            self._epoll = None
+        self._entries.clear()
+
+    def poll(self) -> list[Heard]:
+        """One read of every socket ready now, each walked by its lane (plain successes
+        recorded there); what the owners must hear of: their lane's unusual answers, the
+        other answers, and a socket's end (EOFError when the peer closed it, the OSError of
+        a failed read, the ProtocolError of a frame that cannot be). A socket with nothing
+        of that is not listed."""
+        if self._epoll is None:
+            raise ValueError("the poller is closed")
+        heard: list[Heard] = []
+        for fd, _ in self._epoll.poll(0, MAX_EVENTS):
+            entry = self._entries.get(fd)
+            if entry is None:
+                continue
+            lane, owner, version = entry
+            unusual: list[Unusual] = []
+            others: list[tuple[int, bytes]] = []
+            end: BaseException | None = None
+            try:
+                data = os.read(fd, READ_BYTES)
+                if not data:
+                    end = closed()
+                else:
+                    lane.received_at_ns = time.perf_counter_ns()
+                    lane._in += data
+                    pos = lane.read(
+                        lane._in, 0, self._max_size, version, lane.received_at_ns, unusual, others
+                    )
+                    del lane._in[:pos]
+            except (BlockingIOError, InterruptedError):
+                continue
+            except (OSError, ProtocolError) as exc:
+                end = exc
+            if end is not None or unusual or others:
+                heard.append((owner, lane.received_at_ns, unusual, others, end))
+        return heard

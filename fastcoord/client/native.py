@@ -1,5 +1,5 @@
-"""The client's lane, compiled or its twin with FASTCOORD_NO_EXTENSIONS=1, and the request
-templates it copies.
+"""The client's lane and poller, compiled or their twins with FASTCOORD_NO_EXTENSIONS=1,
+and the request templates the lane copies.
 
 A member's Heartbeat request never changes between rebalances but for its correlation id,
 and its OffsetCommit request but for the offsets, so the client encodes each once, as a
@@ -14,7 +14,7 @@ import struct
 from typing import Protocol
 
 from fastcoord import _accel
-from fastcoord.client.lane import Int64Array, Unusual
+from fastcoord.client.lane import Heard, Int64Array, Unusual
 from fastcoord.protocol import framing
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.headers import RequestHeader
@@ -31,11 +31,13 @@ from fastcoord.protocol.messages import (
 __all__ = [
     "Lane",
     "LaneType",
+    "Poller",
     "commit_answer",
     "commit_offsets",
     "commit_template",
     "heartbeat_template",
     "make_lane",
+    "make_poller",
 ]
 
 # Heartbeat v3 (KIP-345) added group.instance.id; an older request cannot carry it.
@@ -54,6 +56,8 @@ class Lane(Protocol):
     def slots(self) -> int: ...
     @property
     def in_flight(self) -> int: ...
+    @property
+    def received_at_ns(self) -> int: ...
     def start(
         self, slot: int, token: object, heartbeat: bytes, due_ms: int, interval_ms: int
     ) -> None: ...
@@ -95,7 +99,24 @@ class LaneType(Protocol):
     def __call__(self, slots: int, latency: Int64Array, commits: Int64Array) -> Lane: ...
 
 
-make_lane: LaneType = _accel.load("client_lane", "fastcoord.client.lane").Lane
+class Poller(Protocol):
+    """The interface of lane.Poller and its compiled twin."""
+
+    def fileno(self) -> int: ...
+    def __len__(self) -> int: ...
+    def add(self, fd: int, lane: Lane, owner: object, heartbeat_version: int) -> None: ...
+    def remove(self, fd: int) -> None: ...
+    def close(self) -> None: ...
+    def poll(self) -> list[Heard]: ...
+
+
+class PollerType(Protocol):
+    def __call__(self, max_size: int) -> Poller: ...
+
+
+_module = _accel.load("client_lane", "fastcoord.client.lane")
+make_lane: LaneType = _module.Lane
+make_poller: PollerType = _module.Poller
 
 
 def heartbeat_template(

@@ -8,6 +8,9 @@ they are what a server reads and sends.
 from __future__ import annotations
 
 import re
+import select
+import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -557,3 +560,150 @@ def test_the_wheel_sends_every_heartbeat_the_walk_would(
         for lane in lanes:
             assert read(lane, answers, 1)[1:] == ([], [])
         correlation = ends[0]
+
+
+# -- the poller ------------------------------------------------------------------------------
+
+POLLERS = [pytest.param(compiled, id="compiled"), pytest.param(twin, id="twin")]
+
+
+def socketpair() -> tuple[socket.socket, socket.socket]:
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    return ours, theirs
+
+
+def poll_until(poller: Any, count: int = 1) -> list[Any]:
+    """What polls give until `count` owners were heard (the socket pair is quick)."""
+    heard: list[Any] = []
+    deadline = time.monotonic() + 5
+    while len(heard) < count and time.monotonic() < deadline:
+        select.select([poller.fileno()], [], [], 0.1)
+        heard += poller.poll()
+    return heard
+
+
+@pytest.mark.parametrize("module", POLLERS)
+def test_the_poller_reads_each_ready_socket_into_its_lane(module: Any) -> None:
+    latency, commits = sinks()
+    poller = module.Poller(MAX)
+    pairs = [socketpair() for _ in range(3)]
+    lanes = []
+    try:
+        for i, (ours, _) in enumerate(pairs):
+            lane = module.Lane(1, latency, commits)
+            lane.start(0, f"m{i}", template(4, "c", "g", 1, f"m{i}", None), 0, 3000)
+            lane.due(0, 0, bytearray())
+            lane.stamp(time.perf_counter_ns())
+            poller.add(ours.fileno(), lane, f"owner{i}", 4)
+            lanes.append(lane)
+        assert poller.poll() == [] and len(poller) == 3
+        leave = framing.encode_response(7, 3, LeaveGroupResponse(error_code=0))
+        pairs[0][1].sendall(answer(1, 4, 0))  # a plain success: nothing to hear
+        pairs[1][1].sendall(answer(1, 4, 27)[:5])  # half an answer: nothing yet
+        pairs[2][1].sendall(leave + answer(1, 4, 27))
+        heard = poll_until(poller)
+        assert [(h[0], h[3], h[4]) for h in heard] == [("owner2", [(7, leave[4:])], None)]
+        assert [u[:3] + u[4:] for u in heard[0][2]] == [("m2", HEARTBEAT, True, 27, None)]
+        assert latency[0, twin.COUNT] == 1 and lanes[0].in_flight == 0
+        assert lanes[0].received_at_ns >= heard[0][1] - 10**9
+        pairs[1][1].sendall(answer(1, 4, 27)[5:])
+        heard = poll_until(poller)
+        assert [(h[0], [u[4] for u in h[2]], h[4]) for h in heard] == [("owner1", [27], None)]
+        # The peer closes one; the socket's end is told once it is read.
+        pairs[0][1].close()
+        heard = poll_until(poller)
+        assert [(h[0], type(h[4])) for h in heard] == [("owner0", EOFError)]
+        poller.remove(pairs[0][0].fileno())
+        assert len(poller) == 2
+    finally:
+        poller.close()
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
+
+
+@pytest.mark.parametrize("module", POLLERS)
+def test_the_poller_refuses_what_cannot_be_polled(module: Any) -> None:
+    latency, commits = sinks()
+    poller = module.Poller(MAX)
+    ours, theirs = socketpair()
+    try:
+        lane = module.Lane(0, latency, commits)
+        poller.add(ours.fileno(), lane, "o", 4)
+        with pytest.raises(ValueError, match=f"file descriptor {ours.fileno()} is polled already"):
+            poller.add(ours.fileno(), lane, "o", 4)
+        with pytest.raises(ValueError, match="Heartbeat v-1"):
+            poller.add(theirs.fileno(), lane, "o", -1)
+        theirs.sendall((3).to_bytes(4, "big") + bytes(8))  # a frame too short to be one
+        heard = poll_until(poller)
+        assert [(h[0], type(h[4])) for h in heard] == [("o", ProtocolError)]
+        poller.remove(ours.fileno())
+        poller.remove(ours.fileno())  # and again: nothing
+    finally:
+        poller.close()
+        ours.close()
+        theirs.close()
+    with pytest.raises(ValueError, match="the poller is closed"):
+        poller.poll()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 9)), max_size=30), st.data())
+def test_the_poller_matches_its_twin(sends: list[tuple[int, int]], data: st.DataObject) -> None:
+    """Three lanes of two members each, answers of every kind cut anywhere: the compiled
+    poller and the twin hear the same, and their lanes record the same."""
+    results = []
+    chunks = []
+    for module in (compiled, twin):
+        latency, commits = sinks()
+        poller = module.Poller(MAX)
+        pairs = [socketpair() for _ in range(3)]
+        heard: list[Any] = []
+        try:
+            for k, (ours, _) in enumerate(pairs):
+                lane = module.Lane(2, latency, commits)
+                for i in range(2):
+                    lane.start(i, (k, i), template(3, "c", "g", 1, f"m{i}", None), 0, 3000)
+                lane.due(0, 0, bytearray())
+                lane.stamp(0)
+                poller.add(ours.fileno(), lane, k, 3)
+            for n, (k, choice) in enumerate(sends):
+                if len(chunks) <= n:
+                    frame = _any_answer(choice, 1 + choice % 2)
+                    cut = data.draw(st.integers(0, len(frame)))
+                    chunks.append((frame[:cut], frame[cut:]))
+                for part in chunks[n]:
+                    pairs[k][1].sendall(part)
+                    heard += [
+                        (h[0], [u[:3] + u[4:] for u in h[2]], h[3], repr(h[4]))
+                        for h in _drain(poller)
+                    ]
+            results.append((heard, latency[:, twin.COUNT].tolist()))
+        finally:
+            poller.close()
+            for ours, theirs in pairs:
+                ours.close()
+                theirs.close()
+    assert results[0] == results[1]
+
+
+def _drain(poller: Any) -> list[Any]:
+    """Poll until the sockets have nothing more to read (a socket pair's bytes are there
+    as soon as they are sent)."""
+    heard: list[Any] = []
+    for _ in range(10):
+        if not select.select([poller.fileno()], [], [], 0)[0]:
+            break
+        heard += poller.poll()
+    return heard
+
+
+def _any_answer(choice: int, correlation_id: int) -> bytes:
+    if choice < 5:
+        return answer(correlation_id, 3, 0)
+    if choice < 7:
+        return answer(correlation_id, 3, 27)
+    if choice < 9:
+        return answer(correlation_id, 4, 0)  # another layout
+    return framing.encode_response(99, 3, LeaveGroupResponse(0))
