@@ -1,32 +1,33 @@
-"""The client's heartbeat path, compiled against the pure-Python twin in the same run.
+"""The client's lane, compiled against the pure-Python twin in the same run.
 
-A load test drives many members over one connection: their heartbeats leave as one batch
-(heartbeat_frames) and their answers come back as one run (read_answers). Both are timed
-on 1,000 members with Heartbeat v4, what current clients send; divide by 1,000 for the
-cost of one heartbeat.
+A load test drives many members over one connection: their heartbeats leave together
+(Lane.due) and their answers come back as one run (Lane.read), plain successes recorded in
+the lane's sink. One round here is both for 1,000 members with Heartbeat v4, what current
+clients send; divide by 1,000 for the cost of one heartbeat out and its answer in.
 
-Inputs are built on first use, never at import. The classes have a `setup`, so asv times
-every call on its own (asv#966): read_answers pops the members it answers, and each call
-needs the full dict again. One call handles 1,000 heartbeats, which keeps the timer's own
-cost out of the figures.
+Inputs are built on first use, never at import. The class has a `setup`, so asv times
+every call on its own (asv#966); one call handles 1,000 heartbeats, which keeps the timer's
+own cost out of the figures.
 """
 
 from __future__ import annotations
 
 import functools
-from types import ModuleType
+from typing import Any
 
-from fastcoord._ext import client_frames as compiled  # type: ignore[attr-defined]
-from fastcoord.client import frames as twin
+import numpy as np
+
+from fastcoord._ext import client_lane as compiled  # type: ignore[attr-defined]
+from fastcoord.client import lane as twin
 from fastcoord.client.native import heartbeat_template
 from fastcoord.protocol import framing
 from fastcoord.protocol.messages import HeartbeatResponse
 
 from .common import member_id, scaled
 
-IMPLS: dict[str, ModuleType] = {"compiled": compiled, "twin": twin}
+IMPLS: dict[str, Any] = {"compiled": compiled.Lane, "twin": twin.Lane}
 VERSION = 4
-FIRST_CORRELATION = 100_000
+INTERVAL_MS = 3000
 MAX_SIZE = 100 * 1024 * 1024
 
 
@@ -40,41 +41,31 @@ def templates(members: int) -> list[bytes]:
 
 
 @functools.cache
-def answers(members: int) -> tuple[bytes, dict[int, object]]:
-    """The coordinator's answers to one batch, back to back, and the members by correlation
-    id as the client keeps them while the answers are due."""
-    ids = range(FIRST_CORRELATION, FIRST_CORRELATION + members)
-    buf = b"".join(framing.encode_response(cid, VERSION, HeartbeatResponse(0, 0)) for cid in ids)
-    return buf, {cid: member_id(i) for i, cid in enumerate(ids)}
+def answers(members: int) -> bytes:
+    """The coordinator's answers to one round (correlation ids 1..members), back to back."""
+    return b"".join(
+        framing.encode_response(cid, VERSION, HeartbeatResponse(0, 0))
+        for cid in range(1, members + 1)
+    )
 
 
-class HeartbeatBatchV4:
-    """heartbeat_frames: 1,000 templates copied out with fresh correlation ids."""
-
-    params = (["compiled", "twin"],)
-    param_names = ["impl"]
-
-    def setup(self, impl: str) -> None:
-        self.templates = templates(scaled(1000))
-
-    def time_heartbeat_frames(self, impl: str) -> None:
-        IMPLS[impl].heartbeat_frames(self.templates, FIRST_CORRELATION)
-
-
-class AnswerRunV4:
-    """read_answers: a run of 1,000 Heartbeat v4 answers matched to their members."""
+class LaneRoundV4:
+    """Lane.due then Lane.read: 1,000 members' heartbeats out, their answers in."""
 
     params = (["compiled", "twin"],)
     param_names = ["impl"]
 
     def setup(self, impl: str) -> None:
-        buf, members = answers(scaled(1000))
-        self.buf = bytearray(buf)
-        self.heartbeats = dict(members)
-        self.answered: list[tuple[object, int]] = []
-        self.others: list[tuple[int, bytes]] = []
+        members = scaled(1000)
+        self.lane = IMPLS[impl](members, np.zeros((2, twin.ROW), np.int64), np.zeros(2, np.int64))
+        for i, template in enumerate(templates(members)):
+            self.lane.start(i, i, template, 0, INTERVAL_MS)
+        self.answers = answers(members)
+        self.now = 0
 
-    def time_read_answers(self, impl: str) -> None:
-        IMPLS[impl].read_answers(
-            self.buf, 0, MAX_SIZE, self.heartbeats, VERSION, self.answered, self.others
-        )
+    def time_round(self, impl: str) -> None:
+        out = bytearray()
+        self.lane.due(self.now, 0, out)
+        self.lane.stamp(0)
+        self.lane.read(bytearray(self.answers), 0, MAX_SIZE, VERSION, 1000, [], [])
+        self.now += INTERVAL_MS

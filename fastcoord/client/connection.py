@@ -1,15 +1,19 @@
 """One connection to a Kafka broker, with many requests in flight, on Trio.
 
 Answers come in the order of the requests (the protocol's rule), each matched to its
-request by correlation id. Requests are encoded by the schema codec (compiled); heartbeats,
-the bulk of a fleet's traffic, go out in batches from pre-encoded frames and their answers
-are picked out of the receive buffer by the compiled client frames, one call per read.
+request by correlation id. Requests are encoded by the schema codec (compiled); the
+heartbeats and commits of stable members, the bulk of a fleet's traffic, are its lane's
+(lane.py): `flush` puts the due ones in the outbox from pre-encoded frames, and every read
+hands the receive buffer to the lane, which records their plain successes itself (one
+compiled call per read) and leaves the rest to this connection and its `on_lane` callback.
 
 Sending never blocks the caller: frames go to an outbox that the connection's writer task
-drains, except a batch of heartbeats, which is written to the non-blocking socket at once
-when the writer is idle (what the socket does not take goes to the writer). Answers are
-read from the socket itself. Whoever sent a request is told of its answer by a callback, or
-of the connection's loss by the same callback with no answer.
+drains, except at a flush, which writes the outbox to the non-blocking socket at once when
+the writer is idle (what the socket does not take goes to the writer). Answers are read
+from the socket itself, by the connection's own task, or, given a poller (lane.Poller), by
+whoever polls it, which hands this connection what its lane leaves (`heard`). Whoever sent
+a request is told of its answer by a callback, or of the connection's loss by the same
+callback with no answer.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import trio
 
-from fastcoord.client.native import client_frames as frames
+from fastcoord.client.lane import ROW, Unusual
+from fastcoord.client.native import Lane, Poller, make_lane
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode, ProtocolError
 from fastcoord.protocol.framing import decode_response, encode_request
@@ -64,8 +70,11 @@ READ_BYTES = 256 * 1024
 
 # The answer to a request: the response, or None when the connection was lost first.
 OnAnswer = Callable[[Response | None, int], None]  # (response, latency in ns)
-# Heartbeat answers of one read: [(what send_heartbeats was given for it, error code)].
-OnHeartbeats = Callable[[list[tuple[Any, int]], int], None]  # (answers, now in ns)
+# A lane's answer that is not a plain success, decoded: (token, api key, current, latency
+# in ns, error code, response). The response is there for an OffsetCommit, whose errors are
+# per partition; a Heartbeat's is its error code. `current` as in lane.Unusual.
+LaneAnswer = tuple[Any, int, bool, int, int, Response | None]
+OnLane = Callable[[list[LaneAnswer], int], None]  # (answers, now in ns)
 
 
 # What ends a connection: the peer went away, or sent what cannot be read.
@@ -99,14 +108,26 @@ class Connection:
     def __init__(
         self,
         address: tuple[str, int],
-        on_heartbeats: OnHeartbeats | None = None,
+        lane: Lane | None = None,
+        on_lane: OnLane | None = None,
         client_id: str = CLIENT_ID,
         wanted: dict[int, int] | None = None,
+        poller: Poller | None = None,
     ) -> None:
+        """`lane` carries the heartbeats and commits of the members using this connection
+        (none by default); `on_lane` gets its answers that are not plain successes, and,
+        when the connection ends, a NETWORK_EXCEPTION for each member the lane holds.
+        With a `poller`, `run` leaves the reading to whoever polls it."""
         self.address = address
         self.wanted = WANTED if wanted is None else wanted
         self.client_id = client_id
-        self.on_heartbeats = on_heartbeats
+        if lane is None:
+            lane = make_lane(0, np.zeros((2, ROW), np.int64), np.zeros(2, np.int64))
+        self.lane = lane
+        self.on_lane = on_lane
+        self.poller = poller
+        self._heard_end: BaseException | None = None  # why the poller saw the socket end
+        self._ended = trio.Event()
         self.stream: trio.SocketStream | None = None
         self.versions: dict[int, int] = {}
         self.closed = False
@@ -118,15 +139,14 @@ class Connection:
         self._joins: dict[int, Pending] = {}
         # What the outbox holds, to be stamped with the moment it is written: a request's
         # latency runs from when it is on the wire, not from when the fleet queued it.
-        self._queued: list[Any] = []
-        self._heartbeats: dict[int, Any] = {}
+        self._queued: list[Pending] = []
         self._heartbeat_version = 0
         self._outbox = bytearray()
         self._writing = False  # the writer task is inside send_all
         self._fd = -1
         self._wake = trio.Event()
         self._scope: trio.CancelScope | None = None
-        self.received_at_ns = time.perf_counter_ns()
+        self._received_at_ns = time.perf_counter_ns()
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -226,42 +246,28 @@ class Connection:
             )
         return response, latency_ns
 
-    def send_heartbeats(self, templates: list[bytes], tokens: list[Any]) -> None:
-        """Heartbeats from pre-encoded frames (`heartbeat_template`); each answer reaches
-        `on_heartbeats` with its token. A token's `sent_ns` is set when its frame is
-        written."""
-        count = len(templates)
-        if not count:
-            return
+    def flush(self, now_ms: int) -> None:
+        """Send what the lane has due at `now_ms` (the fleet's clock), and write the
+        outbox now if the writer is idle."""
         if self.closed:
-            assert self.on_heartbeats is not None
-            self.on_heartbeats(
-                [(t, ErrorCode.NETWORK_EXCEPTION) for t in tokens], time.perf_counter_ns()
-            )
             return
-        first = self._correlation + 1
-        if first + count > 0x7FFFFFFF:
-            first = 1
-        self._correlation = first + count - 1
-        self._outbox += frames.heartbeat_frames(templates, first)
-        pending = self._heartbeats
-        for i, token in enumerate(tokens):
-            pending[first + i] = token
-        self._queued += tokens
-        if self._writing:
-            return  # the writer takes these after what it is writing, in order
+        out = self._outbox
+        before = len(out)
+        self._correlation = self.lane.due(now_ms, self._correlation, out)
+        if len(out) == before or self._writing:
+            return  # nothing new, or the writer takes it after what it is writing, in order
         # Written here and now: this saves the writer task's wake-up and trio's stream
-        # layers, which cost more than the write itself at a batch per connection every
-        # tick of the fleet.
+        # layers, which cost more than the write itself at a flush per connection every
+        # few ticks of the fleet.
         self._stamp()
         try:
-            written = os.write(self._fd, self._outbox)
+            written = os.write(self._fd, out)
         except BlockingIOError:
             written = 0
         except OSError:
             written = 0  # the writer meets the same error, and ends the connection
-        del self._outbox[:written]
-        if self._outbox:
+        del out[:written]
+        if out:
             self._wake.set()
 
     @property
@@ -285,7 +291,10 @@ class Connection:
                     nursery.cancel_scope.cancel()
                 nursery.start_soon(self._write, nursery.cancel_scope)
                 try:
-                    await self._read()
+                    if self.poller is not None:
+                        await self._polled(self.poller)
+                    else:
+                        await self._read()
                 except ProtocolError as exc:  # an answer that cannot be read
                     log.warning("closing the connection to %s:%d: %s", *self.address, exc)
                 except LOST as exc:  # caught here: a nursery would wrap it in a group
@@ -320,17 +329,18 @@ class Connection:
         now = time.perf_counter_ns()
         for item in queued:
             item.sent_ns = now
+        self.lane.stamp(now)
 
     async def _read(self) -> None:
         assert self.stream is not None
         buf = bytearray()
-        answered: list[tuple[Any, int]] = []
+        unusual: list[Unusual] = []
         others: list[tuple[int, bytes]] = []
-        heartbeats = self._heartbeats
+        lane = self.lane
         fd = self._fd
         while True:
             # The socket itself rather than the stream's receive_some, for the reason
-            # send_heartbeats writes directly: a read per batch of answers, every tick per
+            # flush writes directly: a read per batch of answers, every flush per
             # connection. wait_readable is the checkpoint receive_some would be.
             await trio.lowlevel.wait_readable(fd)
             try:
@@ -340,37 +350,84 @@ class Connection:
             if not data:
                 return
             now = time.perf_counter_ns()
-            self.received_at_ns = now
+            self._received_at_ns = now
             buf += data
-            pos = frames.read_answers(
-                buf, 0, MAX_RESPONSE_BYTES, heartbeats, self._heartbeat_version, answered, others
+            pos = lane.read(
+                buf, 0, MAX_RESPONSE_BYTES, self._heartbeat_version, now, unusual, others
             )
             if pos:
                 del buf[:pos]
-            if answered:
-                assert self.on_heartbeats is not None
-                self.on_heartbeats(answered, now)
-                answered = []
+            if unusual:
+                self._unusual(unusual, now)
+                unusual = []
             if others:
                 for correlation, frame in others:
                     self._answer(correlation, frame, now)
                 others.clear()
 
+    @property
+    def received_at_ns(self) -> int:
+        """When something was last read from the broker (perf_counter_ns)."""
+        return max(self._received_at_ns, self.lane.received_at_ns)
+
+    async def _polled(self, poller: Poller) -> None:
+        """Let `poller` read the socket until it ends (as `_read` would return or raise)."""
+        poller.add(self._fd, self.lane, self, self._heartbeat_version)
+        try:
+            await self._ended.wait()
+        finally:
+            poller.remove(self._fd)  # before the socket closes and its number is reused
+        if self._heard_end is not None and not isinstance(self._heard_end, EOFError):
+            raise self._heard_end
+
+    def heard(
+        self,
+        now: int,
+        unusual: list[Unusual],
+        others: list[tuple[int, bytes]],
+        end: BaseException | None,
+    ) -> None:
+        """What the poller read for this connection: the lane's unusual answers, the other
+        answers, and the socket's end (lane.Heard)."""
+        try:
+            if unusual:
+                self._unusual(unusual, now)
+            for correlation, frame in others:
+                self._answer(correlation, frame, now)
+        except ProtocolError as exc:  # an answer that cannot be read, or was never asked
+            end = exc
+        if end is not None and not self._ended.is_set():
+            self._heard_end = end
+            self._ended.set()
+
     def _answer(self, correlation: int, frame: bytes, now: int) -> None:
         entry = self._pending.pop(correlation, None) or self._joins.pop(correlation, None)
         if entry is None:
-            token = self._heartbeats.pop(correlation, None)
-            if token is None:
+            # Not in request order: the lane's, or never sent.
+            unusual: list[Unusual] = []
+            if not self.lane.claim(correlation, frame, self._heartbeat_version, now, unusual):
                 raise ConnectionLost(f"an answer to correlation id {correlation}, never sent")
-            # A heartbeat answer the compiled walk left to the full decoder.
-            _, response = decode_response(
-                ApiKey.HEARTBEAT, self._heartbeat_version, frame, ignore_trailing=True
-            )
-            assert isinstance(response, HeartbeatResponse) and self.on_heartbeats is not None
-            self.on_heartbeats([(token, response.error_code)], now)
+            if unusual:
+                self._unusual(unusual, now)
             return
         _, response = decode_response(entry.api, entry.version, frame, ignore_trailing=True)
         entry.on_answer(response, now - entry.sent_ns)
+
+    def _unusual(self, answers: list[Unusual], now: int) -> None:
+        """The lane's answers that are not plain successes, to `on_lane`; those it left
+        undecoded are decoded here first (a frame that cannot be read ends the
+        connection, as any other answer's would)."""
+        decoded: list[LaneAnswer] = []
+        for token, api, current, latency, error, frame in answers:
+            response: Response | None = None
+            if frame is not None:
+                version = self._heartbeat_version if api == ApiKey.HEARTBEAT else self.versions[api]
+                _, response = decode_response(api, version, frame, ignore_trailing=True)
+                if isinstance(response, HeartbeatResponse):
+                    error, response = response.error_code, None
+            decoded.append((token, api, current, latency, error, response))
+        assert self.on_lane is not None
+        self.on_lane(decoded, now)
 
     async def _fail(self) -> None:
         self.closed = True
@@ -383,13 +440,15 @@ class Connection:
         self._joins.clear()
         for entry in waiting:
             entry.on_answer(None, 0)
-        if self._heartbeats:
-            tokens = list(self._heartbeats.values())
-            self._heartbeats.clear()
-            if self.on_heartbeats is not None:
-                self.on_heartbeats(
-                    [(t, ErrorCode.NETWORK_EXCEPTION) for t in tokens], time.perf_counter_ns()
-                )
+        # The lane's members learn of the loss now, as a consumer's network client does,
+        # whether or not a request of theirs was waiting.
+        tokens = self.lane.lost()
+        if tokens and self.on_lane is not None:
+            lost = ErrorCode.NETWORK_EXCEPTION
+            self.on_lane(
+                [(t, ApiKey.HEARTBEAT, True, 0, lost, None) for t in tokens],
+                time.perf_counter_ns(),
+            )
 
     def close(self) -> None:
         """End the connection (as a crashed consumer's socket ends): run() returns."""
@@ -402,7 +461,7 @@ class Connection:
     def waits(self, now: int, join_grace_ns: int) -> bool:
         """Whether an answer is owed: any request but a JoinGroup, or a JoinGroup older
         than its grace (JoinGroups wait for the group by design)."""
-        if self._pending or self._heartbeats:
+        if self._pending or self.lane.in_flight:
             return True
         join = next(iter(self._joins.values()), None)
         return join is not None and now - join.sent_ns > join_grace_ns

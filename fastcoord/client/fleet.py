@@ -3,13 +3,21 @@
 A member (member.py) knows the group protocol; the fleet gives it a connection, sends what
 it asks, hands it the answers, and keeps its timers. There is no task per member: a
 member's life is callbacks on its connection's answers and entries in a timer wheel of
-TICK_MS slots, so one process holds 100k members. Every TICK_MS the due heartbeats of each
-connection leave as one batch of pre-encoded frames.
+TICK_MS slots, so one process holds a million members.
+
+A stable member's heartbeats and commits are not the fleet's to send: they are its
+connection's lane's (lane.py), which sends, matches and records them in compiled code. The
+fleet starts a member in its lane when it becomes stable (its commits once its offsets are
+fetched) and the member's state change stops it there when it leaves STABLE, whatever made
+it leave; the fleet hears only of the lane's answers that are not plain successes. Every
+tick, the lanes of a share of the connections flush their due requests, each connection
+once per FLUSH_MS, so that a write carries many requests and the connections' writes are
+spread over the ticks.
 
 Each member sits in a Seat: its place in the fleet (its index, which fixes the connection it
-shares: index // members_per_connection), its coordinator's connection, its pre-encoded
-heartbeat and the clock of what it has in flight. Everything measured goes to a Recorder:
-every answer's latency and error, each rebalance a member saw, each commit.
+shares, index // members_per_connection, and its slot in that connection's lane) and its
+coordinator's connection. Everything measured goes to a Recorder: every answer's latency
+and error, each rebalance a member saw, each commit.
 """
 
 from __future__ import annotations
@@ -27,13 +35,23 @@ import trio
 
 from fastcoord.client.connection import (
     LIBRDKAFKA,
+    MAX_RESPONSE_BYTES,
     WANTED,
     Connection,
     ConnectionLost,
+    LaneAnswer,
     is_fastcoord,
 )
 from fastcoord.client.member import Member, Next, Rebalance, State, committed
-from fastcoord.client.native import heartbeat_template
+from fastcoord.client.native import (
+    Lane,
+    commit_answer,
+    commit_offsets,
+    commit_template,
+    heartbeat_template,
+    make_lane,
+    make_poller,
+)
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
@@ -53,21 +71,24 @@ from fastcoord.protocol.schema import Response
 
 log = logging.getLogger("fastcoord.client")
 
-# A heartbeat leaves up to a tick late, which a 3 s interval does not notice; each tick
-# costs a write and a read per connection, and at 100 connections halving the ticks from
-# 10 ms took about 40% off the generator's CPU at 33k heartbeats/s. Latency is unaffected: it
-# runs from the write.
 TICK_MS = 20
-# Timer kinds, plain ints: the wheel compares them for every heartbeat.
-_HEARTBEAT = int(ApiKey.HEARTBEAT)
-_COMMIT = int(ApiKey.OFFSET_COMMIT)
-_RETRY = -1
+# A stable member's requests leave up to a flush late, which a 3 s interval does not
+# notice; each flush costs a write and (mostly) a read per connection, so the fewer the
+# better for the generator and the server. At most a twentieth of the heartbeat (or commit)
+# interval, so that short intervals keep their rhythm. Latency is unaffected: it runs from
+# the write.
+FLUSH_MS = 100
 RETRY_BACKOFF_MAX_MS = 1_000
 HEARTBEAT = ApiKey.HEARTBEAT
+OFFSET_COMMIT = ApiKey.OFFSET_COMMIT
 
 
 class Recorder(Protocol):
-    """Where the fleet's measurements go (fastcoord.loadtest.stats.Recorder)."""
+    """Where the fleet's measurements go (fastcoord.loadtest.stats.Recorder). The lanes
+    record plain successes in its sinks (lane.py's layout)."""
+
+    latency_sink: Any
+    commit_sink: Any
 
     def record(self, api_key: int, latency_ns: int, error: int) -> None: ...
     def latencies(self, api_key: int) -> list[int]: ...
@@ -108,19 +129,30 @@ class FleetConfig:
     seed: int = 0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Seat:
     index: int
     member: Member
+    slot: int  # in its connection's lane
     connection: Connection | None = None
     coordinator: tuple[str, int] | None = None
-    template: bytes = b""  # this generation's heartbeat frame
-    heartbeat_in_flight: bool = False
-    sent_ns: int = 0  # when the connection wrote the last heartbeat (it stamps this)
     retries: int = 0  # since it was last stable
-    heartbeat_epoch: int = -1
-    # Set while the scenario has this seat down (crashed, or restarting): no timers act.
-    down: bool = False
+    # Set until the member is started, and while the scenario has it down (crashed, or
+    # restarting): no timers act, and the watchdog does not wait for it.
+    down: bool = True
+    lane: Lane | None = None  # where the member heartbeats while stable
+    commit_keys: list[tuple[str, int]] = field(default_factory=list)  # what its lane commits
+
+    def state_changed(self, member: Member, old: State, new: State) -> None:
+        """A member leaving STABLE stops heartbeating and committing at once; the
+        positions its commits reached are its own again."""
+        if old is not State.STABLE or self.lane is None:
+            return
+        offsets = self.lane.stop(self.slot)
+        for key, offset in zip(self.commit_keys, offsets, strict=False):
+            member.positions[key] = offset
+        self.lane = None
+        self.commit_keys = []
 
 
 class FleetAborted(Exception):
@@ -148,9 +180,13 @@ class Fleet:
         self.holding: list[Seat] | None = None
         self._connections: dict[tuple[tuple[str, int], int], Connection] = {}
         self._connecting: dict[tuple[tuple[str, int], int], list[Seat]] = {}
-        self._timers: dict[int, list[tuple[int, Seat, int]]] = defaultdict(list)
+        self._timers: dict[int, list[tuple[Seat, int]]] = defaultdict(list)  # retries
         self._actions: dict[int, list[Callable[[], None]]] = defaultdict(list)
         self._tick = 0
+        # Connections by the tick of their flush: tick % len(self._flushes).
+        self._flushes: list[list[Connection]] = [[] for _ in range(self._flush_ticks())]
+        self._opened = 0
+        self._poller = make_poller(MAX_RESPONSE_BYTES)
         self._bootstrap: Connection | None = None
         self._nursery: trio.Nursery | None = None
         self._rng = random.Random(config.seed)
@@ -176,18 +212,49 @@ class Fleet:
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect to the bootstrap broker and learn the topics, then keep timers until
         cancelled. Raises OSError when the bootstrap broker cannot be reached."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self._bootstrap = await self._open(self.config.bootstrap)
-            nursery.start_soon(self._bootstrap.run)
-            await self._learn_topics()
-            nursery.start_soon(self._ticker)
-            task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._bootstrap = await self._open(self.config.bootstrap)
+                nursery.start_soon(self._bootstrap.run)
+                await self._learn_topics()
+                nursery.start_soon(self._ticker)
+                nursery.start_soon(self._poll)
+                task_status.started()
+        finally:
+            self._poller.close()
 
-    async def _open(self, address: tuple[str, int]) -> Connection:
-        connection = Connection(address, self._on_heartbeats, wanted=self._wanted)
+    def _flush_ticks(self) -> int:
+        c = self.config
+        intervals = [c.heartbeat_interval_ms] + (
+            [c.commit_interval_ms] * (c.commit_interval_ms > 0)
+        )
+        return max(1, min(FLUSH_MS, min(intervals) // 20) // TICK_MS)
+
+    async def _open(self, address: tuple[str, int], lane: bool = False) -> Connection:
+        """A connection to `address`; with `lane`, one for members, read by the poller."""
+        connection = Connection(
+            address,
+            make_lane(
+                self.config.members_per_connection if lane else 0,
+                self.recorder.latency_sink,
+                self.recorder.commit_sink,
+            ),
+            self._on_lane,
+            wanted=self._wanted,
+            poller=self._poller if lane else None,
+        )
         await connection.open(self.config.connect_timeout_s)
         return connection
+
+    async def _poll(self) -> None:
+        """Read the members' connections: one wake-up for all the sockets ready."""
+        poller = self._poller
+        while True:
+            await trio.lowlevel.wait_readable(poller.fileno())
+            for connection, now, unusual, others, end in poller.poll():
+                assert isinstance(connection, Connection)
+                connection.heard(now, unusual, others, end)
 
     async def _learn_topics(self) -> None:
         assert self._bootstrap is not None
@@ -229,7 +296,9 @@ class Fleet:
             assignors=c.assignors,
             tally=self._tally,
         )
-        seat = Seat(len(self.seats), member)
+        index = len(self.seats)
+        seat = Seat(index, member, index % c.members_per_connection)
+        member.listener = seat
         self.seats.append(seat)
         return seat
 
@@ -298,7 +367,7 @@ class Fleet:
 
     async def _open_for(self, key: tuple[tuple[str, int], int]) -> None:
         try:
-            connection = await self._open(key[0])
+            connection = await self._open(key[0], lane=True)
         except Exception as exc:  # OSError, a timeout, a bad answer: the seats retry
             log.debug("cannot connect to %s: %s", _address(key[0]), exc)
             for seat in self._connecting.pop(key, []):
@@ -306,6 +375,9 @@ class Fleet:
             return
         self._progress()
         self._connections[key] = connection
+        flushes = self._flushes[self._opened % len(self._flushes)]
+        self._opened += 1
+        flushes.append(connection)
         seats = self._connecting.pop(key, [])
         assert self._nursery is not None
         self._nursery.start_soon(self._run_connection, key, connection)
@@ -320,6 +392,9 @@ class Fleet:
         await connection.run()
         if self._connections.get(key) is connection:
             del self._connections[key]
+        for flushes in self._flushes:
+            if connection in flushes:
+                flushes.remove(connection)
 
     def _connected(self, seat: Seat) -> None:
         if self.holding is not None:
@@ -391,29 +466,32 @@ class Fleet:
             entry = self.storm[member.group_id]
             entry[1] = max(entry[1], time.time_ns())
             entry[2] += 1
-        assert seat.connection is not None
-        seat.template = heartbeat_template(
-            seat.connection.heartbeat_version,
-            seat.connection.client_id,
+        connection = seat.connection
+        assert connection is not None
+        template = heartbeat_template(
+            connection.heartbeat_version,
+            connection.client_id,
             member.group_id,
             member.generation_id,
             member.member_id,
             member.group_instance_id,
         )
-        self._fetch(seat)
         # The first heartbeat and commit come at a random point of their interval: members
         # that synced in one storm would otherwise beat in lockstep, a burst every interval,
         # and the run would measure the generator's bursts. Real consumers drift apart.
+        now = self.now_ms()
         interval = self.config.heartbeat_interval_ms
-        self._schedule(self._rng.randrange(1, interval + 1), _HEARTBEAT, seat)
+        first = now + self._rng.randrange(1, interval + 1)
+        connection.lane.start(seat.slot, seat, template, first, interval)
+        seat.lane = connection.lane
+        commit_due = None
         if self.config.commit_interval_ms > 0:
-            self._schedule(
-                self._rng.randrange(1, self.config.commit_interval_ms + 1),
-                _COMMIT,
-                seat,
-            )
+            commit_due = now + self._rng.randrange(1, self.config.commit_interval_ms + 1)
+        self._fetch(seat, commit_due)
 
-    def _fetch(self, seat: Seat) -> None:
+    def _fetch(self, seat: Seat, commit_due: int | None) -> None:
+        """OffsetFetch, as a consumer asks after each assignment; the member's commits
+        start from the positions it answers, at `commit_due` (or never, if None)."""
         member = seat.member
         if not member.assignment or seat.connection is None:
             return
@@ -427,34 +505,38 @@ class Fleet:
             outcome = member.on_fetch(response, self.now_ms())
             if outcome is not Next.NOTHING:
                 self._error_row(ApiKey.OFFSET_FETCH, member.last_error, member)
-                self._follow(seat, outcome, ApiKey.OFFSET_FETCH)
+                return self._follow(seat, outcome, ApiKey.OFFSET_FETCH)
+            if commit_due is not None:
+                self._start_commits(seat, commit_due)
 
         seat.connection.send(member.fetch_offsets(), on_answer)
 
-    def _commit(self, seat: Seat) -> None:
+    def _start_commits(self, seat: Seat, due_ms: int) -> None:
+        """The member commits its partitions every commit interval from `due_ms` on, one
+        record past its position each time; its lane sends them."""
         member = seat.member
-        request = member.commit()
-        if request is None or seat.connection is None:
+        request = member.commit(advance=0)
+        connection = seat.connection
+        if request is None or seat.lane is None or connection is None:
             return
-        epoch = member.epoch
-
-        def on_answer(response: Response | None, latency_ns: int) -> None:
-            if response is None:
-                return
-            assert isinstance(response, OffsetCommitResponse)
-            # Counted even when the member has moved on (left, say): the server stored it.
-            done, code = committed(response)
-            self.recorder.record(ApiKey.OFFSET_COMMIT, latency_ns, code)
-            self.recorder.commit(done)
-            if code:
-                self._error_row(ApiKey.OFFSET_COMMIT, code, member)
-            if member.epoch != epoch or seat.down:
-                return
-            outcome = member.on_commit(response, self.now_ms())[0]
-            if outcome is not Next.NOTHING:
-                self._follow(seat, outcome, ApiKey.OFFSET_COMMIT)
-
-        seat.connection.send(request, on_answer)
+        version = connection.version(OFFSET_COMMIT)
+        try:
+            frame, offsets_at = commit_template(version, connection.client_id, request)
+        except ValueError as exc:  # an offset hidden by the request's own bytes
+            log.warning("member of %s does not commit: %s", member.group_id, exc)
+            return
+        seat.commit_keys = [
+            (t.name, p.partition_index) for t in request.topics for p in t.partitions
+        ]
+        seat.lane.start_commits(
+            seat.slot,
+            frame,
+            offsets_at,
+            commit_offsets(request),
+            commit_answer(version, request),
+            due_ms,
+            self.config.commit_interval_ms,
+        )
 
     def leave(self, seat: Seat, then: Callable[[], None] | None = None) -> None:
         """LeaveGroup, as a closing consumer; `then` runs when it is answered (or lost)."""
@@ -481,7 +563,6 @@ class Fleet:
         connection closes too."""
         seat.member.crash()
         seat.down = True
-        seat.heartbeat_in_flight = False
         if self.config.members_per_connection == 1 and seat.connection is not None:
             seat.connection.close()
         seat.connection = None
@@ -516,7 +597,7 @@ class Fleet:
         # coordinator stays away.
         delay = min(self.config.retry_backoff_ms << min(seat.retries, 10), RETRY_BACKOFF_MAX_MS)
         seat.retries += 1
-        self._schedule(delay, _RETRY, seat)
+        self._schedule_retry(delay, seat)
 
     def _error_row(self, api: int, code: int, member: Member) -> None:
         self.recorder.error(api, code, member.group_id, member.member_id, self.wall_ms())
@@ -534,33 +615,44 @@ class Fleet:
             expected,
         )
 
-    # -- heartbeats ------------------------------------------------------------------------
+    # -- what the lanes leave to the fleet -------------------------------------------------
 
-    def _on_heartbeats(self, answers: list[tuple[Any, int]], now_ns: int) -> None:
+    def _on_lane(self, answers: list[LaneAnswer], now_ns: int) -> None:
+        """The lanes' answers that are not plain successes: errors, answers in another
+        layout, answers for members that have moved on, and a lost connection."""
         self._last_progress_ns = now_ns
-        latencies = self.recorder.latencies(HEARTBEAT)
-        for seat, code in answers:
-            sent = seat.sent_ns
-            seat.heartbeat_in_flight = False
+        for seat, api, current, latency_ns, code, response in answers:
             member = seat.member
-            if seat.heartbeat_epoch != member.epoch or seat.down:
+            if api == HEARTBEAT:
+                if not current or seat.down:
+                    continue
+                if code == ErrorCode.NETWORK_EXCEPTION:
+                    self._retry(seat, code, HEARTBEAT)
+                    continue
+                self.recorder.record(HEARTBEAT, latency_ns, code)
+                if code == ErrorCode.NONE:
+                    continue
+                self._error_row(HEARTBEAT, code, member)
+                self._follow(seat, member.on_heartbeat(code, self.now_ms()), HEARTBEAT)
                 continue
-            if code == 0:
-                latencies.append(now_ns - sent)
+            assert isinstance(response, OffsetCommitResponse)
+            # Counted even when the member has moved on (left, say): the server stored it.
+            done, code = committed(response)
+            self.recorder.record(OFFSET_COMMIT, latency_ns, code)
+            self.recorder.commit(done)
+            if code:
+                self._error_row(OFFSET_COMMIT, code, member)
+            if not current or seat.down:
                 continue
-            if code == ErrorCode.NETWORK_EXCEPTION:
-                self._retry(seat, code, HEARTBEAT)
-                continue
-            self.recorder.record(HEARTBEAT, now_ns - sent, code)
-            self._error_row(HEARTBEAT, code, member)
-            outcome = member.on_heartbeat(code, self.now_ms())
-            self._follow(seat, outcome, HEARTBEAT)
+            outcome = member.on_commit(response, self.now_ms())[0]
+            if outcome is not Next.NOTHING:
+                self._follow(seat, outcome, OFFSET_COMMIT)
 
     # -- timers ----------------------------------------------------------------------------
 
-    def _schedule(self, delay_ms: int, kind: int, seat: Seat) -> None:
+    def _schedule_retry(self, delay_ms: int, seat: Seat) -> None:
         tick = self._tick + max(1, math.ceil(delay_ms / TICK_MS))
-        self._timers[tick].append((kind, seat, seat.member.epoch))
+        self._timers[tick].append((seat, seat.member.epoch))
 
     def call_later(self, delay_ms: int, action: Callable[[], None]) -> None:
         """For scenarios: `action` after `delay_ms`."""
@@ -574,44 +666,19 @@ class Fleet:
             await trio.sleep_until(start + self._tick * TICK_MS / 1000)
             due = self._timers.pop(self._tick, None)
             if due:
-                self._fire(due)
+                for seat, epoch in due:
+                    member = seat.member
+                    if member.epoch == epoch and not seat.down and member.state is State.UNJOINED:
+                        self.start(seat)
             actions = self._actions.pop(self._tick, None)
             if actions:
                 for action in actions:
                     action()
-
-    def _fire(self, due: list[tuple[int, Seat, int]]) -> None:
-        batches: dict[Connection, tuple[list[bytes], list[Seat]]] = {}
-        # Every heartbeat due now is due again in the same tick: one list for them all.
-        interval = max(1, round(self.config.heartbeat_interval_ms / TICK_MS))
-        again = self._timers[self._tick + interval]
-        stable = State.STABLE
-        for kind, seat, epoch in due:
-            member = seat.member
-            if member.epoch != epoch or seat.down:
-                continue
-            if kind == _HEARTBEAT:
-                if member.state is not stable:
-                    continue
-                again.append((_HEARTBEAT, seat, epoch))
-                connection = seat.connection
-                if seat.heartbeat_in_flight or connection is None:
-                    continue  # the last is still unanswered: no second one, as consumers do
-                batch = batches.get(connection)
-                if batch is None:
-                    batch = batches[connection] = ([], [])
-                batch[0].append(seat.template)
-                batch[1].append(seat)
-                seat.heartbeat_in_flight = True
-                seat.heartbeat_epoch = epoch
-            elif kind == _COMMIT:
-                if member.state is stable:
-                    self._commit(seat)
-                    self._schedule(self.config.commit_interval_ms, _COMMIT, seat)
-            elif kind == _RETRY and member.state is State.UNJOINED:
-                self.start(seat)
-        for connection, (templates, seats) in batches.items():
-            connection.send_heartbeats(templates, seats)
+            flushes = self._flushes[self._tick % len(self._flushes)]
+            if flushes:
+                now = self.now_ms()
+                for connection in flushes:
+                    connection.flush(now)
 
     # -- watching --------------------------------------------------------------------------
 

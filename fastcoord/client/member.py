@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from fastcoord.client import assignors
 from fastcoord.protocol.errors import ErrorCode
@@ -80,6 +81,12 @@ FORGET_ID = frozenset({ErrorCode.UNKNOWN_MEMBER_ID})
 REJOIN = frozenset({ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION})
 
 
+class StateListener(Protocol):
+    """Told of each change of a member's state, after it is made."""
+
+    def state_changed(self, member: Member, old: State, new: State) -> None: ...
+
+
 @dataclass(frozen=True)
 class Rebalance:
     """A rebalance as one member saw it: from the moment it learned of it (or began to
@@ -108,6 +115,9 @@ class Member:
     # Counts of members by state, kept as each one changes, for a fleet that shows its
     # members by state every second: counting 100k members each time costs more.
     tally: Counter[State] | None = field(default=None, repr=False, compare=False)
+    # Whoever must act when the member's state changes: the fleet stops a member's
+    # heartbeats the moment it leaves STABLE, whatever made it leave.
+    listener: StateListener | None = field(default=None, repr=False, compare=False)
     _state: State = field(default=State.UNJOINED, init=False)
     member_id: str = ""
     generation_id: int = -1
@@ -140,10 +150,13 @@ class Member:
 
     @state.setter
     def state(self, new: State) -> None:
+        old = self._state
         if self.tally is not None:
-            self.tally[self._state] -= 1
+            self.tally[old] -= 1
             self.tally[new] += 1
         self._state = new
+        if self.listener is not None:
+            self.listener.state_changed(self, old, new)
 
     # -- joining ---------------------------------------------------------------------------
 

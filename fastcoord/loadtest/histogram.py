@@ -98,6 +98,14 @@ class Histogram:
         """Count durations given in whole microseconds."""
         self.add_ns(np.asarray(values, dtype=np.int64) * 1000)
 
+    def add_row(self, row: Int64Array) -> None:
+        """Count what a lane's sink row holds (fastcoord/client/lane.py): the BUCKETS counts,
+        then the count, the sum and the maximum of the latencies in ns."""
+        self.counts += row[:BUCKETS]
+        self.count += int(row[BUCKETS])
+        self.sum_ns += int(row[BUCKETS + 1])
+        self.max_ns = max(self.max_ns, int(row[BUCKETS + 2]))
+
     def merge(self, other: Histogram) -> None:
         self.counts += other.counts
         self.count += other.count

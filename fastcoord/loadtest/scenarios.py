@@ -11,8 +11,9 @@ groups likewise, so every worker holds a share of every group when there are eno
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import trio
 
@@ -20,6 +21,10 @@ from fastcoord.client.fleet import Fleet, Seat
 from fastcoord.client.member import State
 
 SCENARIOS = ("steady", "join-storm", "rolling-restart", "churn", "static")
+# Members added, started or left between two checkpoints: a million of them in one go would
+# hold the loop for tens of seconds, with no answer read and no second reported meanwhile.
+CHUNK = 1_000
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -50,18 +55,35 @@ async def run(fleet: Fleet, plan: Plan, worker: int, workers: int, deadline: flo
     """Add this worker's members to `fleet` and play the scenario until `deadline`
     (trio.current_time()); the members are still in the group at the end."""
     static = plan.scenario == "static"
-    seats = [
-        fleet.add(plan.group_of(i), f"{plan.group_of(i)}-member-{i}" if static else None)
-        for i in plan.mine(worker, workers)
-    ]
+    seats: list[Seat] = []
+    async for i in _paced(plan.mine(worker, workers)):
+        seats.append(
+            fleet.add(plan.group_of(i), f"{plan.group_of(i)}-member-{i}" if static else None)
+        )
     play = PLAYS[plan.scenario]
     with trio.move_on_at(deadline):
         await play(fleet, plan, seats, deadline)
         await trio.sleep_until(deadline)
 
 
+async def _paced(items: Iterable[_T]) -> AsyncIterator[_T]:
+    """`items`, with a checkpoint every CHUNK of them."""
+    for n, item in enumerate(items, 1):
+        yield item
+        if n % CHUNK == 0:
+            await trio.sleep(0)
+
+
+def _by_group(seats: list[Seat]) -> list[Seat]:
+    """The order members start in: a group's members together, as a group's consumers are
+    deployed. In the order of their indexes, round robin over the groups, a million members
+    reach each group one at a time over minutes, and every group rebalances a hundred times
+    while it forms."""
+    return sorted(seats, key=lambda seat: seat.member.group_id)
+
+
 async def _steady(fleet: Fleet, plan: Plan, seats: list[Seat], deadline: float) -> None:
-    for seat in seats:
+    async for seat in _paced(_by_group(seats)):
         fleet.start(seat)
 
 
@@ -69,7 +91,7 @@ async def _join_storm(fleet: Fleet, plan: Plan, seats: list[Seat], deadline: flo
     # Connect everyone and find the coordinator first, so that the storm is of JoinGroups
     # and SyncGroups, not of TCP handshakes.
     fleet.holding = []
-    for seat in seats:
+    async for seat in _paced(_by_group(seats)):
         fleet.start(seat)
     with trio.move_on_after(plan.settle_timeout_s):
         while len(fleet.holding) < len(seats):
@@ -147,7 +169,7 @@ async def _at_rate(
 
 
 async def _start_and_settle(fleet: Fleet, plan: Plan, seats: list[Seat]) -> None:
-    for seat in seats:
+    async for seat in _paced(_by_group(seats)):
         fleet.start(seat)
     await _settle(fleet, seats, plan)
 
@@ -160,20 +182,19 @@ async def _settle(fleet: Fleet, seats: list[Seat], plan: Plan) -> None:
 
 async def leave_all(fleet: Fleet, timeout_s: float) -> None:
     """Every stable member leaves, as consumers closing at the end of a test do."""
+    leaving = [s for s in fleet.seats if s.member.state is State.STABLE and not s.down]
+    if not leaving:
+        return
     left = trio.Event()
-    waiting = [0]
+    waiting = [len(leaving)]  # counted first: answers come in while the rest are sent
 
     def done() -> None:
         waiting[0] -= 1
         if waiting[0] == 0:
             left.set()
 
-    for seat in fleet.seats:
-        if seat.member.state is State.STABLE and not seat.down:
-            waiting[0] += 1
-            fleet.leave(seat, then=done)
-    if waiting[0] == 0:
-        return
+    async for seat in _paced(leaving):
+        fleet.leave(seat, then=done)  # one no longer stable is done at once
     with trio.move_on_after(timeout_s):
         await left.wait()
 

@@ -1,9 +1,12 @@
 """What a load-test worker measured, second by second, and the form it crosses to the parent.
 
-A worker answers tens of thousands of requests a second on less than a core, so recording
-one is a list append (and, for an error, a dict increment); everything else (bucketing,
-counting) happens once a second in `take`, vectorised, and the result is one picklable
-`Second` that the parent merges with the other workers' (aggregate.py).
+A worker answers hundreds of thousands of requests a second on less than a core. The plain
+successes of stable members' heartbeats and commits are recorded by the connections'
+lanes (fastcoord/client/lane.py) straight into the Recorder's sinks, a histogram row per
+API; recording any other answer is a list append (and, for an error, a dict increment).
+Everything else (bucketing, counting) happens once a second in `take`, vectorised, and
+the result is one picklable `Second` that the parent merges with the other workers'
+(aggregate.py).
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ from collections import defaultdict
 import msgspec
 import numpy as np
 
+from fastcoord.client import lane
 from fastcoord.loadtest.histogram import Histogram, Int16Array, Int64Array
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode
 
 # Rows of the errors table a worker keeps per second; past it errors are only counted.
 MAX_ERROR_ROWS = 10_000
+# The APIs of the rows of a lane's latency sink.
+SINK_APIS = (int(ApiKey.HEARTBEAT), int(ApiKey.OFFSET_COMMIT))
 
 
 def api_name(api_key: int) -> str:
@@ -89,7 +95,9 @@ class Recorder:
     one call of `record` (error != 0), `error_code` or `error`: a request answered with an
     error is counted by `record(api, ns, code)`, or by an append and `error(...)` when it
     deserves a row, never by both. The error rate is errors per counted request, so a
-    request given up on (a timeout) should have its latency recorded too.
+    request given up on (a timeout) should have its latency recorded too. Lanes count
+    successes in `latency_sink` and `commit_sink` (lane.py's layout), which `take` reads
+    and empties.
     """
 
     def __init__(self, worker: int, cpu_s: float | None = None) -> None:
@@ -101,11 +109,15 @@ class Recorder:
         # hold on to the one `latencies` gave it.
         self._latencies: defaultdict[int, list[int]] = defaultdict(list)
         self._errors: defaultdict[tuple[int, int], int] = defaultdict(int)
+        self.latency_sink: Int64Array = np.zeros((len(SINK_APIS), lane.ROW), np.int64)
+        self.commit_sink: Int64Array = np.zeros(2, np.int64)  # commits, offsets
         self._reset()
 
     def _reset(self) -> None:
         for values in self._latencies.values():
             values.clear()
+        self.latency_sink.fill(0)
+        self.commit_sink.fill(0)
         self._errors.clear()
         self._error_rows: list[ErrorRow] = []
         self._errors_dropped = 0
@@ -188,13 +200,20 @@ class Recorder:
         errors: dict[int, dict[int, int]] = defaultdict(dict)
         for (api_key, code), n in self._errors.items():
             errors[api_key][code] = n
+        sunk = {
+            api_key: row
+            for api_key, row in zip(SINK_APIS, self.latency_sink, strict=True)
+            if row[lane.COUNT]
+        }
         apis = []
-        for api_key in sorted(self._latencies.keys() | errors.keys()):
+        for api_key in sorted(self._latencies.keys() | errors.keys() | sunk.keys()):
             values = self._latencies.get(api_key, [])
-            if not values and api_key not in errors:
+            if not values and api_key not in errors and api_key not in sunk:
                 continue
             h = Histogram()
             h.add_ns(np.array(values, dtype=np.int64))
+            if api_key in sunk:
+                h.add_row(sunk[api_key])
             buckets, counts = h.nonzero()
             apis.append(
                 ApiSecond(
@@ -210,8 +229,8 @@ class Recorder:
             errors_dropped=self._errors_dropped,
             rebalances=self._rebalances,
             storms=self._storms,
-            commits=self._commits,
-            offsets=self._offsets,
+            commits=self._commits + int(self.commit_sink[0]),
+            offsets=self._offsets + int(self.commit_sink[1]),
             unexpected_expirations=self._expirations,
             states=dict(states),
             connections=connections,
