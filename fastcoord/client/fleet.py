@@ -106,7 +106,12 @@ class Recorder(Protocol):
         expected: bool,
     ) -> None: ...
     def storm(
-        self, group: str, members: int, last_join_sent_ns: int, last_sync_answered_ns: int
+        self,
+        group: str,
+        members: int,
+        last_join_sent_ns: int,
+        last_sync_answered_ns: int,
+        first_join_answered_ns: int,
     ) -> None: ...
     def commit(self, offsets: int) -> None: ...
     def unexpected_expiration(self) -> None: ...
@@ -172,9 +177,8 @@ class Fleet:
         self.partitions: dict[str, int] = {}
         self.cluster_id: str | None = None
         self.rebalances_expected = True
-        self.storm: dict[str, list[int]] | None = (
-            None  # group -> [last join sent, last sync, members]
-        )
+        # group -> [last join sent, last sync answered, members, first join answered]
+        self.storm: dict[str, list[int]] | None = None
         # When a list, members that have found their coordinator and connected wait here
         # instead of joining: a join storm releases them all at once.
         self.holding: list[Seat] | None = None
@@ -414,7 +418,7 @@ class Fleet:
         request = member.join(self.now_ms())
         epoch = member.epoch
         if self.storm is not None:
-            entry = self.storm.setdefault(member.group_id, [0, 0, 0])
+            entry = self.storm.setdefault(member.group_id, [0, 0, 0, 0])
             entry[0] = max(entry[0], time.time_ns())
 
         def on_answer(response: Response | None, latency_ns: int) -> None:
@@ -424,6 +428,11 @@ class Fleet:
                 return self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.JOIN_GROUP)
             assert isinstance(response, JoinGroupResponse)
             self.recorder.record(ApiKey.JOIN_GROUP, latency_ns, response.error_code)
+            if response.error_code == ErrorCode.NONE and self.storm is not None:
+                # The first answer with a generation: the rebalance delay is over.
+                entry = self.storm.get(member.group_id)
+                if entry is not None and entry[3] == 0:
+                    entry[3] = time.time_ns()
             if response.error_code not in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED):
                 self._error_row(ApiKey.JOIN_GROUP, response.error_code, member)
             outcome = member.on_join(response, self.now_ms(), self.partitions)
@@ -728,8 +737,8 @@ class Fleet:
     def flush_storm(self) -> None:
         if self.storm is None:
             return
-        for group, (joined, synced, members) in self.storm.items():
-            self.recorder.storm(group, members, joined, synced)
+        for group, (joined, synced, members, generation) in self.storm.items():
+            self.recorder.storm(group, members, joined, synced, generation)
         self.storm = None
 
     def is_fastcoord(self) -> bool:

@@ -154,8 +154,8 @@ class Aggregator:
         t.commits += s.commits
         t.offsets += s.offsets
         t.cpu_s += s.cpu_s
-        for group, members, sent_ns, answered_ns in s.storms:
-            t.storms[group][s.worker] = (members, sent_ns, answered_ns)
+        for group, members, sent_ns, answered_ns, generation_ns in s.storms:
+            t.storms[group][s.worker] = (members, sent_ns, answered_ns, generation_ns)
         if s.worker not in t.states or t.states[s.worker][0] <= s.elapsed_s:
             t.states[s.worker] = (s.elapsed_s, s.states)
         start = s.wall_ms - s.elapsed_s * 1000

@@ -179,6 +179,13 @@ def print_summary(summary: Mapping[str, Any], console: Console) -> None:
             f"join storm: groups {storm['groups']:,}, p50 {fmt_ms(storm['p50_ms'])} ms, "
             f"p99 {fmt_ms(storm['p99_ms'])} ms, max {fmt_ms(storm['max_ms'])} ms"
         )
+        after = storm["after_delay"]
+        if after:
+            lines.append(
+                f"  after the rebalance delay (first JoinGroup answered to last SyncGroup "
+                f"answered): p50 {fmt_ms(after['p50_ms'])} ms, p99 {fmt_ms(after['p99_ms'])} ms, "
+                f"max {fmt_ms(after['max_ms'])} ms"
+            )
     c, g, m = summary["commits"], summary["generator"], summary["members"]
     cores = f"{g['cores']:.2f}" if g["cores"] is not None else "-"
     per_request = f"{g['cpu_us_per_request']:.1f}" if g["cpu_us_per_request"] is not None else "-"

@@ -65,8 +65,8 @@ class ApiSecond(msgspec.Struct):
 ErrorRow = tuple[int, int, int, str, str]
 # rebalances: (group, member, instance_id, generation, started_ms, ended_ms, reason, expected)
 RebalanceRow = tuple[str, str, str | None, int, int, int, str, bool]
-# storms: (group, members, last_join_sent_ns, last_sync_answered_ns)
-StormRow = tuple[str, int, int, int]
+# storms: (group, members, last_join_sent_ns, last_sync_answered_ns, first_join_answered_ns)
+StormRow = tuple[str, int, int, int, int]
 
 
 class Second(msgspec.Struct):
@@ -169,12 +169,21 @@ class Recorder:
         )
 
     def storm(
-        self, group: str, members: int, last_join_sent_ns: int, last_sync_answered_ns: int
+        self,
+        group: str,
+        members: int,
+        last_join_sent_ns: int,
+        last_sync_answered_ns: int,
+        first_join_answered_ns: int,
     ) -> None:
         """A group's join storm as this worker saw it: its `members` of the group, when the
-        last of them sent JoinGroup and when the last had its SyncGroup answered (wall
-        clock, ns). The parent merges workers: max(answered) - max(sent)."""
-        self._storms.append((group, members, last_join_sent_ns, last_sync_answered_ns))
+        last of them sent JoinGroup, when the last had its SyncGroup answered and when the
+        first JoinGroup was answered with a generation (the rebalance delay over; 0 if
+        none was) (wall clock, ns). The parent merges workers: max(answered) - max(sent),
+        and max(answered) - min(first join answered)."""
+        self._storms.append(
+            (group, members, last_join_sent_ns, last_sync_answered_ns, first_join_answered_ns)
+        )
 
     def commit(self, offsets: int) -> None:
         """One OffsetCommit answered, of `offsets` partitions."""

@@ -53,8 +53,9 @@ class Totals:
     commits: int = 0
     offsets: int = 0
     cpu_s: float = 0.0
-    # group -> worker -> (members, last_join_sent_ns, last_sync_answered_ns)
-    storms: defaultdict[str, dict[int, tuple[int, int, int]]] = field(
+    # group -> worker -> (members, last_join_sent_ns, last_sync_answered_ns,
+    # first_join_answered_ns)
+    storms: defaultdict[str, dict[int, tuple[int, int, int, int]]] = field(
         default_factory=lambda: defaultdict(dict)
     )
     # worker -> (elapsed_s, states) of its newest second
@@ -79,6 +80,18 @@ class Totals:
             group: max(0, max(s[2] for s in seen.values()) - max(s[1] for s in seen.values())) / 1e6
             for group, seen in self.storms.items()
         }
+
+    def storm_after_delay_ms(self) -> dict[str, float]:
+        """Each group's join storm after its rebalance delay: max(last SyncGroup answered) -
+        min(first JoinGroup answered with a generation), over the workers that saw one. The
+        coordinator holds every JoinGroup of a new group for group.initial.rebalance.delay.ms
+        after the last; this is what the rebalance itself costs over the wire."""
+        out = {}
+        for group, seen in self.storms.items():
+            firsts = [s[3] for s in seen.values() if s[3]]
+            if firsts:
+                out[group] = max(0, max(s[2] for s in seen.values()) - min(firsts)) / 1e6
+        return out
 
     def final_states(self) -> dict[str, int]:
         final = dict.fromkeys(STATES, 0)
@@ -179,8 +192,8 @@ def summarize(
             "error_rate": rate(totals.failures(api_key), h.count),
             **percentiles(h),
         }
-    storms = totals.storm_durations_ms()
-    stable = sorted(storms.values())
+    stable = sorted(totals.storm_durations_ms().values())
+    after_delay = sorted(totals.storm_after_delay_ms().values())
     members: dict[str, Any] = {
         "target": config.get("members"),
         "final": totals.final_states(),
@@ -213,6 +226,13 @@ def summarize(
             "p50_ms": ms(exact_percentile(stable, 50)),
             "p99_ms": ms(exact_percentile(stable, 99)),
             "max_ms": ms(stable[-1]),
+            "after_delay": {
+                "p50_ms": ms(exact_percentile(after_delay, 50)),
+                "p99_ms": ms(exact_percentile(after_delay, 99)),
+                "max_ms": ms(after_delay[-1]),
+            }
+            if after_delay
+            else None,
         }
         if stable
         else None,

@@ -115,18 +115,25 @@ def test_join_storms_merge_over_the_workers_that_saw_a_group() -> None:
     agg = Aggregator(None, CONFIG, workers=3, thresholds=Thresholds())
     ms = 1_000_000
     storms = {
-        0: [("g", 10, 100 * ms, 900 * ms), ("h", 5, 50 * ms, 250 * ms)],
-        1: [("g", 12, 300 * ms, 700 * ms)],
+        0: [("g", 10, 100 * ms, 900 * ms, 650 * ms), ("h", 5, 50 * ms, 250 * ms, 0)],
+        1: [("g", 12, 300 * ms, 700 * ms, 600 * ms)],
         2: [],
     }
     for worker, seen in storms.items():
         r = Recorder(worker, cpu_s=0.0)
-        for group, members, sent, answered in seen:
-            r.storm(group, members, sent, answered)
+        for group, members, sent, answered, first_join in seen:
+            r.storm(group, members, sent, answered, first_join)
         agg.add(r.take(1, START_MS + 1000, {}, 0, 0.0))
     storm = agg.summary()["join_storm"]
-    # g: max(900, 700) - max(100, 300) = 600 ms; h: 200 ms.
-    assert storm == {"groups": 2, "p50_ms": 200.0, "p99_ms": 600.0, "max_ms": 600.0}
+    # g: max(900, 700) - max(100, 300) = 600 ms; h: 200 ms. After the delay, g only (h
+    # saw no JoinGroup answered): max(900, 700) - min(650, 600) = 300 ms.
+    assert storm == {
+        "groups": 2,
+        "p50_ms": 200.0,
+        "p99_ms": 600.0,
+        "max_ms": 600.0,
+        "after_delay": {"p50_ms": 300.0, "p99_ms": 300.0, "max_ms": 300.0},
+    }
 
 
 def test_no_storm_no_storm_section() -> None:

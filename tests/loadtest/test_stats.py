@@ -40,7 +40,7 @@ def test_take_holds_what_was_recorded_and_starts_afresh() -> None:
     r.error_code(ApiKey.SYNC_GROUP, ErrorCode.UNKNOWN_MEMBER_ID)
     r.error(ApiKey.HEARTBEAT, ErrorCode.UNKNOWN_MEMBER_ID, "g1", "m1", WALL_MS + 5)
     r.rebalance("g1", "m1", None, 3, WALL_MS, WALL_MS + 40, "member joined", True)
-    r.storm("g1", 10, 5_000, 9_000)
+    r.storm("g1", 10, 5_000, 9_000, 8_000)
     r.commit(12)
     r.commit(3)
     r.unexpected_expiration()
@@ -62,7 +62,7 @@ def test_take_holds_what_was_recorded_and_starts_afresh() -> None:
         (WALL_MS + 5, ApiKey.HEARTBEAT, ErrorCode.UNKNOWN_MEMBER_ID, "g1", "m1")
     ]
     assert s.rebalances == [("g1", "m1", None, 3, WALL_MS, WALL_MS + 40, "member joined", True)]
-    assert s.storms == [("g1", 10, 5_000, 9_000)]
+    assert s.storms == [("g1", 10, 5_000, 9_000, 8_000)]
     assert (s.commits, s.offsets, s.unexpected_expirations) == (2, 15, 1)
     assert (s.states, s.connections) == ({"stable": 3}, 2)
 
