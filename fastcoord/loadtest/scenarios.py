@@ -43,8 +43,16 @@ class Plan:
     settle_timeout_s: float  # how long to wait for every member to be stable before acting
 
     def group_of(self, index: int) -> str:
+        """Member `index`'s group: the members are dealt out in blocks, a group's members
+        consecutive, so that members sharing a connection (consecutive indexes) share
+        groups too. Answers leave a connection in request order, so a JoinGroup waiting for
+        its group's rebalance holds every answer behind it; dealt round robin, every
+        connection carried a member of every group, each group's rebalance held every
+        connection, and 100k members on 100 connections took minutes to form their groups
+        (each group rebalancing while the others waited on it)."""
         width = max(4, len(str(self.groups - 1)))
-        return f"{self.group_prefix}-{index % self.groups:0{width}d}"
+        group = index * self.groups // max(self.members, 1)
+        return f"{self.group_prefix}-{group:0{width}d}"
 
     def mine(self, worker: int, workers: int) -> range:
         """The member indexes this worker drives."""

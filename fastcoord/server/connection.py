@@ -162,7 +162,18 @@ class Connection:
         self.owed += len(data)
         self.server.owed_bytes += len(data)
         if self.slots and self.slots[0] is slot and not self._reader_writes:
-            self._wake.set()
+            # An answer filled from outside this connection's reading (a JoinGroup that
+            # another member's request or a timer completed): written here and now, as the
+            # reader writes its own. Waking the writer task for it cost a scheduler pass per
+            # member, the most of a 10,000-member rebalance's answers; the writer is woken
+            # only for what the socket does not take, or to meet the error of a write that
+            # failed (a reset): that is this connection's end, not the caller's.
+            try:
+                written = self._write_ready()
+            except OSError:
+                written = False
+            if not written:
+                self._wake.set()
         if slot.holds is not None:
             self._release(slot.holds)
 
