@@ -88,6 +88,11 @@ class Server:
         self.event_log: EventLog | None = None
         self._timers_changed = trio.Event()
         self._no_connections = trio.Event()
+        # Connections given more answers by the Result being applied: each writes once more,
+        # after it (see write_after).
+        self._applying = 0
+        self._applied = 0  # Results delivered so far, the one being delivered included
+        self._to_write: list[Connection] = []
 
     now_ms = staticmethod(now_ms)
 
@@ -170,7 +175,36 @@ class Server:
         self._timers_changed.set()
 
     def apply(self, result: Result) -> None:
-        """Deliver a Result: responses, records (to the store), timers, events."""
+        """Deliver a Result: responses, records (to the store), timers, events. A connection
+        given answers writes them once, when the Result is delivered (see `write_after`)."""
+        self._applying += 1
+        if self._applying == 1:
+            self._applied += 1
+        try:
+            self._apply(result)
+        finally:
+            self._applying -= 1
+            if not self._applying and self._to_write:
+                connections, self._to_write = self._to_write, []
+                for connection in connections:
+                    connection.write_now()
+
+    def write_after(self, connection: Connection) -> bool:
+        """Whether `connection`, given an answer, leaves its write until the Result being
+        delivered is (then it is queued for that): only when it has written already during
+        this Result. The first answer leaves at once, so that the client works on it while
+        the rest are built (a rebalance's answers, a member each: the generator and the
+        server overlap); the next wait, so that many answers of one connection (an
+        acknowledgement of many commits) leave in one write."""
+        if not self._applying:
+            return False
+        if connection.wrote_during != self._applied:
+            connection.wrote_during = self._applied
+            return False
+        self._to_write.append(connection)
+        return True
+
+    def _apply(self, result: Result) -> None:
         for slot, response in result.responses:
             slot.answer(response)
         if result.events:

@@ -113,6 +113,8 @@ class Connection:
         self._wake = trio.Event()  # the writer may have something to write
         self._room = trio.Event()  # the reader may go on: the connection is within its bounds
         self._reader_writes = False  # the reader will write what is ready: no need to wake
+        self._write_queued = False  # the server has it write once it has delivered a Result
+        self.wrote_during = 0  # the last Result during which it wrote at once (Server.apply)
         config = server.config
         self._max_inflight = config.connection_max_inflight_requests
         self._max_owed = config.connection_queued_max_response_bytes
@@ -161,21 +163,38 @@ class Connection:
         slot.data = data
         self.owed += len(data)
         self.server.owed_bytes += len(data)
-        if self.slots and self.slots[0] is slot and not self._reader_writes:
+        if (
+            self.slots
+            and self.slots[0] is slot
+            and not self._reader_writes
+            and not self._write_queued
+        ):
             # An answer filled from outside this connection's reading (a JoinGroup that
-            # another member's request or a timer completed): written here and now, as the
-            # reader writes its own. Waking the writer task for it cost a scheduler pass per
-            # member, the most of a 10,000-member rebalance's answers; the writer is woken
-            # only for what the socket does not take, or to meet the error of a write that
-            # failed (a reset): that is this connection's end, not the caller's.
-            try:
-                written = self._write_ready()
-            except OSError:
-                written = False
-            if not written:
-                self._wake.set()
+            # another member's request or a timer completed, an acknowledged commit):
+            # written by whatever filled it, at once or when the server has delivered the
+            # Result at hand (Server.write_after), as the reader writes its own. Waking the
+            # writer task for it cost a scheduler pass per member, the most of a
+            # 10,000-member rebalance's answers.
+            if self.server.write_after(self):
+                self._write_queued = True
+            else:
+                self.write_now()
         if slot.holds is not None:
             self._release(slot.holds)
+
+    def write_now(self) -> None:
+        """Write the answers ready, as much as the socket takes; the writer task is woken
+        only for what it does not take, or to meet the error of a write that failed (a
+        reset): that is this connection's end, not the caller's."""
+        self._write_queued = False
+        if self.closed:
+            return
+        try:
+            written = self._write_ready()
+        except OSError:
+            written = False
+        if not written:
+            self._wake.set()
 
     def _release(self, member_id: str) -> None:
         """The member's JoinGroup or SyncGroup is answered: handle what it held back."""
