@@ -56,23 +56,7 @@ from fastcoord.client.lane import (
     closed,
 )
 
-cdef extern from "<sys/epoll.h>":
-    ctypedef union epoll_data_t:
-        void* ptr
-        int fd
-        uint32_t u32
-        uint64_t u64
-    cdef struct epoll_event:
-        uint32_t events
-        epoll_data_t data
-    int epoll_create1(int flags)
-    int epoll_ctl(int epfd, int op, int fd, epoll_event* event)
-    int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout)
-    enum:
-        EPOLLIN
-        EPOLL_CTL_ADD
-        EPOLL_CTL_DEL
-        EPOLL_CLOEXEC
+include "epoll.pxi"
 
 cdef extern from "debug.h":
     int FASTCOORD_DEBUG

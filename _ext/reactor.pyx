@@ -38,26 +38,7 @@ include "cursor.pxi"
 cdef extern from "debug.h":
     int FASTCOORD_DEBUG
 
-cdef extern from "<sys/epoll.h>" nogil:
-    ctypedef union epoll_data_t:
-        void* ptr
-        int fd
-        uint32_t u32
-        uint64_t u64
-
-    cdef struct epoll_event:
-        uint32_t events
-        epoll_data_t data
-
-    enum:
-        EPOLLIN
-        EPOLL_CTL_ADD
-        EPOLL_CTL_DEL
-        EPOLL_CLOEXEC
-
-    int epoll_create1(int flags)
-    int epoll_ctl(int epfd, int op, int fd, epoll_event* event)
-    int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout)
+include "epoll.pxi"
 
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t recv(int fd, void* buf, size_t n, int flags)
