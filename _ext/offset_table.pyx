@@ -166,7 +166,7 @@ cdef class OffsetTable:
         if type(tp) is not tuple or len(tp) != 2:
             return None
         topic, partition = tp
-        cdef int32_t p
+        cdef int32_t p = 0
         found = self._topics.get(topic)
         if found is None or not as_partition(partition, &p):
             return None
@@ -186,7 +186,7 @@ cdef class OffsetTable:
 
     def pop(self, topic, partition):
         """Remove the offset of (topic, partition); returns it, or None if there was none."""
-        cdef int32_t p
+        cdef int32_t p = 0
         found = self._topics.get(topic)
         if found is None or not as_partition(partition, &p):
             return None
