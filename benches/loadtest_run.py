@@ -100,13 +100,19 @@ def main(argv: list[str] | None = None) -> int:
         summary = json.loads((out / "summary.json").read_text())
     server_cores = (after[0] - before[0]) / (t1 - t0) if before and after else None
     print(output.decode(errors="replace"))
+    per_heartbeat = (
+        f"{server_cores / figures['heartbeats_per_s'] * 1e6:.1f} us of server CPU a heartbeat "
+        "(commits included); "
+        if server_cores is not None and figures["heartbeats_per_s"]
+        else ""
+    )
     print(
         f"steady window {args.window:.0f} s: {figures['stable']:,} members stable, "
         f"{figures['heartbeats_per_s']:,.0f} heartbeats/s, p50 {figures['p50_ms']:.2f} ms, "
         f"p99 {figures['p99_ms']:.2f} ms, p99.9 {figures['p99_9_ms']:.2f} ms, "
         f"max {figures['max_ms']:.2f} ms; server "
         f"{server_cores if server_cores is None else f'{server_cores:.2f}'} cores, "
-        f"RSS {rss:.0f} MB; generator {figures['generator_cores']:.2f} cores "
+        f"RSS {rss:.0f} MB; {per_heartbeat}generator {figures['generator_cores']:.2f} cores "
         f"(whole run {summary['generator']['cores']:.2f}); exit {run.returncode}"
     )
     return 0 if run.returncode == 0 else 1
