@@ -126,12 +126,12 @@ def running() -> list[ServerProcess]:
     return list(_running.values())
 
 
-def child_env() -> dict[str, str]:
-    """The environment of a child that must run the caller's fastcoord: the directory that
-    holds the imported package first on PYTHONPATH (the child's working directory is not
-    the caller's, and an installed fastcoord may be another), and unbuffered output, so
-    that its lines reach the log as it prints them."""
-    root = str(Path(fastcoord.__file__).absolute().parent.parent)
+def child_env(root_dir: Path | None = None) -> dict[str, str]:
+    """The environment of a child that must run the caller's fastcoord (or the one in
+    `root_dir`, a tree with fastcoord/ in it): that directory first on PYTHONPATH (the
+    child's working directory is not the caller's, and an installed fastcoord may be
+    another), and unbuffered output, so that its lines reach the log as it prints them."""
+    root = str(root_dir or Path(fastcoord.__file__).absolute().parent.parent)
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
     return {**os.environ, "PYTHONPATH": os.pathsep.join([root, *rest]), "PYTHONUNBUFFERED": "1"}
 
@@ -146,12 +146,13 @@ def start(
     core: int | None = None,
     preexec_fn: PreExec | None = None,
     data_dir: Path | None = None,
+    root: Path | None = None,
 ) -> ServerProcess:
     """Run `argv` in `directory` (a temporary one if None), its output in `server.log`
-    there, pinned to `core` if given; wait until it prints `listening on HOST:PORT` and
-    then matches every pattern of `ready`. Raises with its output if it exits first or
-    takes over START_TIMEOUT_S. stop() removes the directory if this made it, or if
-    `remove`."""
+    there, pinned to `core` if given, with the fastcoord of `root` (child_env); wait until
+    it prints `listening on HOST:PORT` and then matches every pattern of `ready`. Raises
+    with its output if it exits first or takes over START_TIMEOUT_S. stop() removes the
+    directory if this made it, or if `remove`."""
     if directory is None:
         directory, remove = Path(tempfile.mkdtemp(prefix=f"fastcoord-{name.split()[0]}-")), True
     temporary = directory if remove else None
@@ -168,7 +169,7 @@ def start(
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=directory,
-                env=child_env(),
+                env=child_env(root),
                 preexec_fn=preexec_fn,  # e.g. a resource limit that a fault test needs
             )
     except BaseException:
@@ -243,9 +244,11 @@ def start_fastcoord(
     preexec_fn: PreExec | None = None,
     core: int | None = None,
     name: str = "fastcoord serve",
+    root: Path | None = None,
 ) -> ServerProcess:
     """Start `fastcoord serve` (serve_command: `args`, then `extra_args`, win over its
     defaults) with its log in `directory / "server.log"`; directory None: a temporary one.
+    `root`: a tree whose fastcoord to run instead of the caller's (child_env).
 
     It answers as soon as it listens, but COORDINATOR_LOAD_IN_PROGRESS until it has loaded
     its offsets log; clients retry that, most tests would rather not, so this waits for
@@ -265,6 +268,7 @@ def start_fastcoord(
         core=core,
         preexec_fn=preexec_fn,
         data_dir=directory / "data",
+        root=root,
     )
 
 

@@ -1,0 +1,333 @@
+"""The operations whose instructions the performance gate counts, run one at a time.
+
+    python benches/gate_ops.py NAME N
+
+sets up operation NAME (not counted), then does it N times. The gate (perf_gate.py) runs
+this under callgrind twice, with two values of N, against each tree it compares; the
+difference of the two counts over the difference of N is the cost of one operation, the
+set-up and the interpreter's start cancelled out (the gate also switches callgrind's
+instrumentation on only around the operations, through FASTCOORD_GATE_MARKS). It is run
+as a file, never as `benches.gate_ops`, and imports fastcoord only: the fastcoord measured
+is whichever tree comes first on PYTHONPATH, and that tree's own benches may differ.
+
+Every operation goes through the modules the server uses (compiled, or the twins with
+FASTCOORD_NO_EXTENSIONS=1), so that work added in Python around a compiled call counts
+too. Inputs are fixed and iteration i does the same work as iteration j: the counts are
+the same from one run to the next.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from collections.abc import Callable
+
+from fastcoord.core.config import GroupConfig
+from fastcoord.core.coordinator import Coordinator
+from fastcoord.core.native import partition
+from fastcoord.core.native import timing_wheel as wheels
+from fastcoord.core.records import GroupMetadataKey, GroupMetadataValue, MemberMetadataValue, Record
+from fastcoord.protocol import frames
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.errors import ErrorCode
+from fastcoord.protocol.framing import encode_request
+from fastcoord.protocol.headers import RequestHeader
+from fastcoord.protocol.messages import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupRequestProtocol,
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    SyncGroupRequest,
+    SyncGroupRequestAssignment,
+)
+from fastcoord.storage.store import frames as log_frames
+
+MARKS_ENV = "FASTCOORD_GATE_MARKS"  # a library with gate_start and gate_stop (perf_gate.py)
+NOW = 1_000_000
+CONFIG = GroupConfig(group_initial_rebalance_delay_ms=0)
+SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x05topic\xff\xff\xff\xff"
+CLIENT_ID = "rdkafka"
+
+Run = Callable[[int], None]
+
+
+def member_id(i: int) -> str:
+    return f"consumer-{i}-2f1c3b0a-6d3e-4c1b-9a7e-{i:012d}"
+
+
+def loaded(groups: int, per_group: int) -> tuple[Coordinator, list[tuple[str, str]]]:
+    """A coordinator holding `groups` Stable groups of `per_group` members, loaded as a
+    restart loads them (replayed group metadata)."""
+    co = Coordinator(CONFIG, NOW)
+    ids = []
+    for g in range(groups):
+        group_id = f"group-{g}"
+        members = [member_id(g * per_group + i) for i in range(per_group)]
+        value = GroupMetadataValue(
+            protocol_type="consumer",
+            generation=1,
+            protocol="range",
+            leader=members[0],
+            current_state_timestamp=NOW,
+            members=tuple(
+                MemberMetadataValue(
+                    m, None, "client", "/127.0.0.1", 300_000, 45_000, SUBSCRIPTION, b"assignment"
+                )
+                for m in members
+            ),
+        )
+        co.replay(Record(GroupMetadataKey(group_id), value), NOW, loading=True)
+        ids.extend((group_id, m) for m in members)
+    return co, ids
+
+
+def heartbeat_frame() -> Run:
+    """A Heartbeat v4 request frame decoded and its answer encoded."""
+    body = encode_request(
+        RequestHeader(ApiKey.HEARTBEAT, 4, 123456, CLIENT_ID),
+        HeartbeatRequest("load-test-group-0007", 42, "consumer-7-2f1c3b0a-6d3e", None),
+    )[4:]
+    answer = HeartbeatResponse(0, 0)
+    decode, encode = frames.decode_request, frames.encode_response
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            header, _, _ = decode(body)
+            encode(header.correlation_id, 4, answer)
+
+    return run
+
+
+RUN = 100  # heartbeats in one receive buffer
+
+
+def heartbeat_run() -> Run:
+    """Runs of 100 Heartbeat v4 frames answered from one receive buffer, as a connection
+    shared by 100 members does, with the member table of 10,000 members. N counts
+    heartbeats (a multiple of 100)."""
+    co, ids = loaded(100, 100)
+    buf = bytearray(
+        b"".join(
+            encode_request(
+                RequestHeader(ApiKey.HEARTBEAT, 4, i, CLIENT_ID),
+                HeartbeatRequest(group_id, 1, member, None),
+            )
+            for i, (group_id, member) in enumerate(ids[::100][:RUN])
+        )
+    )
+    table, answer = co.table, frames.hot.answer_heartbeats
+
+    def run(n: int) -> None:
+        for _ in range(n // RUN):
+            _, count = answer(buf, 0, 1 << 20, table, NOW + 1000, bytearray(), [])
+            assert count == RUN, count
+
+    return run
+
+
+def timing_wheel() -> Run:
+    """A session timer scheduled and cancelled, with 100,000 timers armed over 45 s."""
+    wheel = wheels.TimingWheel(NOW)
+    for key in range(100_000):
+        wheel.schedule(key, NOW + 1 + (key * 7919) % 45_000)
+    base = 1_000_000
+
+    def run(n: int) -> None:
+        schedule, cancel = wheel.schedule, wheel.cancel
+        for i in range(n):
+            key = base + i
+            schedule(key, NOW + 30_000)
+            cancel(key)
+
+    return run
+
+
+def member_table_heartbeat() -> Run:
+    """The member table's heartbeat check of one member among 10,000."""
+    co, ids = loaded(100, 100)
+    beat = co.table.heartbeat_id
+    order = [ids[(i * 7919) % len(ids)] for i in range(len(ids))]
+
+    def run(n: int) -> None:
+        for i in range(n):
+            group_id, member = order[i % len(order)]
+            beat(group_id, member, 1, NOW + 1000)
+
+    return run
+
+
+def core_heartbeat() -> Run:
+    """Coordinator.heartbeat, the call a Heartbeat request makes, among 100,000 members
+    in 1,000 Stable groups."""
+    co, ids = loaded(1_000, 100)
+    order = [ids[(i * 7919) % len(ids)] for i in range(10_000)]
+    beat = co.heartbeat
+
+    def run(n: int) -> None:
+        for i in range(n):
+            group_id, member = order[i % len(order)]
+            beat(group_id, member, 1, None, 4, NOW + 1000)
+
+    return run
+
+
+PARTITIONS = 100
+
+
+def offset_commit() -> Run:
+    """An OffsetCommit v8 of 100 partitions from request bytes to answer bytes: decoded,
+    handled by the core, framed for the log, acknowledged, the answer encoded."""
+    co = Coordinator(CONFIG, NOW)
+    request = OffsetCommitRequest(
+        group_id="commit-group",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=[
+            OffsetCommitRequestTopic(
+                "orders",
+                [OffsetCommitRequestPartition(p, 1000 + p, -1, None) for p in range(PARTITIONS)],
+            )
+        ],
+    )
+    body = encode_request(RequestHeader(ApiKey.OFFSET_COMMIT, 8, 1, CLIENT_ID), request)[4:]
+    decode, encode = frames.decode_request, frames.encode_response
+
+    def run(n: int) -> None:
+        for i in range(n):
+            header, batch, _ = decode(body)
+            result = co.commit_offsets([(i, batch)], NOW)
+            _, count = log_frames(result.records)
+            assert count == PARTITIONS, count
+            assert result.append is not None
+            done = co.complete_appends([result.append], ErrorCode.NONE, NOW)
+            for _, answer in done.responses:
+                encode(header.correlation_id, header.api_version, answer)
+
+    return run
+
+
+def partition_for() -> Run:
+    """partition_for of a group id: Java's String.hashCode, abs, modulo 50."""
+    group_ids = [f"consumer-group-{i:06d}" for i in range(1_000)]
+    of = partition.partition_for
+
+    def run(n: int) -> None:
+        for i in range(n):
+            of(group_ids[i % 1_000], 50)
+
+    return run
+
+
+GROUP = 1_000
+MAX_REBALANCES = 4  # N of join_sync: its SyncGroup frames are built in the set-up
+
+
+def join_sync() -> Run:
+    """A rebalance of a 1,000-member group over the protocol: every member's JoinGroup
+    v7 frame decoded and handled, the answers encoded (the leader's with every member), the
+    leader's SyncGroup with 1,000 assignments and the followers' decoded and handled, the
+    assignment appended and acknowledged, the SyncGroup answers encoded. N counts
+    rebalances."""
+    co, ids = loaded(1, GROUP)
+    members = [m for _, m in ids]
+    group_id = ids[0][0]
+    protocols = [JoinGroupRequestProtocol("range", SUBSCRIPTION + b"x")]
+    joins = [
+        encode_request(
+            RequestHeader(ApiKey.JOIN_GROUP, 7, i, CLIENT_ID),
+            JoinGroupRequest(
+                group_id=group_id,
+                session_timeout_ms=45_000,
+                rebalance_timeout_ms=300_000,
+                member_id=m,
+                protocol_type="consumer",
+                protocols=protocols,
+            ),
+        )[4:]
+        for i, m in enumerate(members)
+    ]
+    assignments = [SyncGroupRequestAssignment(m, b"partitions") for m in members]
+    decode, encode = frames.decode_request, frames.encode_response
+    versions: dict[int, int] = {}
+
+    def sync_frames(generation: int) -> list[bytes]:
+        return [
+            encode_request(
+                RequestHeader(ApiKey.SYNC_GROUP, 5, i, CLIENT_ID),
+                SyncGroupRequest(
+                    group_id=group_id,
+                    generation_id=generation,
+                    member_id=m,
+                    assignments=assignments if i == 0 else [],
+                ),
+            )[4:]
+            for i, m in enumerate(members)
+        ]
+
+    syncs = {g: sync_frames(g) for g in range(2, 2 + MAX_REBALANCES)}
+
+    def answer(result: object) -> int:
+        count = 0
+        for handle, response in result.responses:  # type: ignore[attr-defined]
+            encode(handle, versions[handle], response)
+            count += 1
+        return count
+
+    def run(n: int) -> None:
+        assert n <= len(syncs), f"at most {len(syncs)} rebalances"
+        for r in range(n):
+            answered = 0
+            for frame in joins:
+                header, request, _ = decode(frame)
+                versions[header.correlation_id] = header.api_version
+                answered += answer(co.handle(header.correlation_id, request, 7, NOW))
+            for frame in syncs[2 + r]:
+                header, request, _ = decode(frame)
+                versions[header.correlation_id] = header.api_version
+                result = co.handle(header.correlation_id, request, 5, NOW)
+                answered += answer(result)
+                if result.append is not None:
+                    log_frames(result.records)
+                    answered += answer(co.complete_append(result.append, ErrorCode.NONE, NOW))
+            assert answered == 2 * GROUP, answered
+
+    return run
+
+
+OPS: dict[str, Callable[[], Run]] = {
+    "heartbeat_frame": heartbeat_frame,
+    "heartbeat_run": heartbeat_run,
+    "timing_wheel": timing_wheel,
+    "member_table_heartbeat": member_table_heartbeat,
+    "core_heartbeat": core_heartbeat,
+    "offset_commit": offset_commit,
+    "partition_for": partition_for,
+    "join_sync": join_sync,
+}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in OPS:
+        print(f"usage: gate_ops.py {{{','.join(OPS)}}} N", file=sys.stderr)
+        return 2
+    run = OPS[argv[0]]()
+    marks = os.environ.get(MARKS_ENV)
+    if not marks:
+        run(int(argv[1]))
+        return 0
+    # callgrind started with --instr-atstart=no: start-up and set-up run uninstrumented
+    # (five times faster), and only the operations are counted.
+    lib = ctypes.CDLL(marks)
+    lib.gate_start()
+    run(int(argv[1]))
+    lib.gate_stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
