@@ -9,17 +9,18 @@ SOURCES := pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.pxi _
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-ext test-twins test-slow lint bench perf-gate bench-history debug compile clean
+.PHONY: serve test test-ext test-twins test-slow lint bench perf-gate bench-history report debug compile clean
 
 $(SERVE_STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e .
 	touch $(SERVE_STAMP)
 
-# The test and benchmark tools as pyproject.toml lists them, installed beside fastcoord
-# without building it again; setuptools for `make compile`.
+# The test and benchmark tools, and the report's Spark (which the tests run), as
+# pyproject.toml lists them, installed beside fastcoord without building it again;
+# setuptools for `make compile`.
 $(STAMP): $(SERVE_STAMP)
-	$(BIN)/python -c 'import tomllib; x = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(sorted({*x["test"], *x["bench"], "setuptools>=77", "wheel"})))' > $(VENV)/requirements-test.txt
+	$(BIN)/python -c 'import tomllib; x = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(sorted({*x["test"], *x["bench"], *x["report"], "setuptools>=77", "wheel"})))' > $(VENV)/requirements-test.txt
 	$(BIN)/python -m pip install --quiet -r $(VENV)/requirements-test.txt
 	touch $(STAMP)
 
@@ -57,6 +58,14 @@ bench: $(STAMP)  ## asv in the current environment; figures go to docs/benchmark
 BASE ?= HEAD^
 perf-gate: $(STAMP) compile  ## BASE=REV (default HEAD^): exits 1 when a guarded benchmark got slower
 	$(BIN)/python -m benches.perf_gate --base $(BASE)
+
+REPORT_STAMP := $(VENV)/.installed-report
+$(REPORT_STAMP): $(SERVE_STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[report]'
+	touch $(REPORT_STAMP)
+
+report: $(REPORT_STAMP)  ## fastcoord report: make report ARGS="RUN_DIR --events fastcoord-data/events"
+	$(BIN)/fastcoord report $(ARGS)
 
 N ?= 20
 bench-history: $(STAMP)  ## N=20 [BENCH=REGEX]: asv over the last N commits, each built; asv publish

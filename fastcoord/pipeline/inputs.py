@@ -1,0 +1,134 @@
+"""The report's inputs, checked before Spark reads them: run directories and an event log.
+
+A run directory is what `fastcoord loadtest --out` leaves (summary.json and four tables of
+Parquet part files, docs/loadtest.md); the event log is `DATA_DIR/events` of `fastcoord
+serve` (docs/server.md). Every part file's schema is read from its footer (no data) and
+checked for the columns the report uses: a file that lacks one (written by an older
+version, or not by fastcoord at all) is named with what it lacks and left out, and the
+report goes on with the rest. So a problem costs the figures that need it, not the report.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from fastcoord.loadtest.results import SCHEMAS
+from fastcoord.server import event_log
+
+SUMMARY_SCHEMA_VERSION = 1
+TABLES = tuple(SCHEMAS)  # latency, rebalances, errors, states
+COLUMNS = {table: set(schema.names) for table, schema in SCHEMAS.items()}
+EVENT_COLUMNS = set(event_log.SCHEMA.names)
+
+
+@dataclass
+class Run:
+    """One run directory: its name in the report, its summary, its usable part files."""
+
+    name: str
+    path: Path
+    summary: dict[str, Any] | None = None
+    files: dict[str, list[str]] = field(default_factory=dict)  # table -> part files
+
+
+@dataclass
+class Inputs:
+    runs: list[Run]
+    event_files: list[str]
+    problems: list[str]  # one sentence each, naming the file and what is wrong
+
+
+def _usable(paths: list[Path], columns: set[str], problems: list[str]) -> list[str]:
+    usable = []
+    for path in paths:
+        try:
+            names = set(pq.read_schema(path).names)
+        except Exception as e:  # a truncated or foreign file: say so, go on
+            problems.append(f"{path}: not a readable Parquet file ({e}): left out")
+            continue
+        missing = sorted(columns - names)
+        if missing:
+            problems.append(f"{path}: no column {', '.join(missing)} (an older schema?): left out")
+            continue
+        usable.append(str(path))
+    return usable
+
+
+def _summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    file = path / "summary.json"
+    if not file.exists():
+        problems.append(f"{file}: missing: the run's summary figures are not compared")
+        return None
+    try:
+        summary = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        problems.append(f"{file}: not readable JSON ({e}): left out")
+        return None
+    if not isinstance(summary, dict):
+        problems.append(f"{file}: not a JSON object: left out")
+        return None
+    version = summary.get("schema_version")
+    if version != SUMMARY_SCHEMA_VERSION:
+        problems.append(
+            f"{file}: schema_version {version}, this report reads {SUMMARY_SCHEMA_VERSION}: "
+            "left out"
+        )
+        return None
+    return dict(summary)
+
+
+def open_run(path: Path, name: str, problems: list[str]) -> Run:
+    run = Run(name, path)
+    if not path.is_dir():
+        problems.append(f"{path}: not a directory: no figures from it")
+        return run
+    run.summary = _summary(path, problems)
+    for table in TABLES:
+        directory = path / table
+        parts = (
+            sorted(p for p in directory.glob("*.parquet") if not p.name.startswith((".", "_")))
+            if directory.is_dir()
+            else []
+        )
+        written = (run.summary or {}).get("tables", {}).get(table)
+        if not parts and written != 0:  # a table the run wrote no rows to is no problem
+            problems.append(f"{directory}: no part files: no {table} figures for {name}")
+        run.files[table] = _usable(parts, COLUMNS[table], problems)
+    return run
+
+
+def run_names(paths: list[Path]) -> list[str]:
+    """Each run's name in the report: its directory's name, made unique with its parent's
+    when two share one (two `run` directories of different tests)."""
+    names = [p.resolve().name for p in paths]
+    out = []
+    for path, name in zip(paths, names, strict=True):
+        if names.count(name) > 1:
+            name = f"{path.resolve().parent.name}/{name}"
+        while name in out:
+            name += "'"
+        out.append(name)
+    return out
+
+
+def open_inputs(run_dirs: list[Path], events: Path | None) -> Inputs:
+    problems: list[str] = []
+    runs = [
+        open_run(path, name, problems)
+        for path, name in zip(run_dirs, run_names(run_dirs), strict=True)
+    ]
+    event_files: list[str] = []
+    if events is not None:
+        if not events.is_dir():
+            problems.append(f"{events}: not a directory: no server-side figures")
+        else:
+            found = event_log.files(events)  # without the files a merge replaced
+            if not found:
+                problems.append(f"{events}: no event files: no server-side figures")
+            event_files = _usable(found, EVENT_COLUMNS, problems)
+    return Inputs(runs, event_files, problems)

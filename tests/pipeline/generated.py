@@ -1,0 +1,219 @@
+"""Run directories of generated data, written as `fastcoord loadtest` writes them, and the
+same data kept in Python to compute each statistic directly."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from fastcoord.loadtest.histogram import Histogram
+from fastcoord.loadtest.results import SCHEMAS
+
+START_MS = 1_764_000_000_000
+APIS = ("Heartbeat", "JoinGroup", "SyncGroup", "OffsetCommit")
+
+
+@dataclass
+class GeneratedRun:
+    path: Path
+    # (api, elapsed_s) -> the second's histogram, for the Python side of each check
+    seconds: dict[tuple[str, int], Histogram] = field(default_factory=dict)
+    errors: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def latency_run(path: Path, seconds: int, seed: int, parts: int = 3) -> GeneratedRun:
+    """A run directory whose latency table holds `seconds` seconds of every API, latencies
+    drawn log-normally (a long tail, some in the overflow bucket), in `parts` part files."""
+    rng = random.Random(seed)
+    nprng = np.random.default_rng(seed)
+    run = GeneratedRun(path)
+    rows: list[dict[str, object]] = []
+    for second in range(1, seconds + 1):
+        for api in APIS:
+            if rng.random() < 0.1:
+                continue  # an API with nothing that second
+            n = rng.randrange(0, 400)
+            latencies = nprng.lognormal(mean=6.5, sigma=1.2, size=n)
+            if rng.random() < 0.02:
+                latencies = np.append(latencies, 2.0e9)  # past the last bucket
+            hist = Histogram()
+            hist.add_us(latencies.astype(np.int64))
+            errors = rng.randrange(0, 5)
+            run.seconds[(api, second)] = hist
+            run.errors[(api, second)] = errors
+            buckets, counts = hist.nonzero()
+            rows.append(
+                {
+                    "time": START_MS + second * 1000,
+                    "elapsed_s": second,
+                    "api": api,
+                    "count": hist.count,
+                    "errors": errors,
+                    "buckets": buckets.tolist(),
+                    "counts": counts.tolist(),
+                    "sum_us": hist.sum_us,
+                    "max_us": -(-hist.max_ns // 1000),
+                }
+            )
+    write_table(path / "latency", rows, SCHEMAS["latency"], parts)
+    (path / "summary.json").write_text('{"schema_version": 1, "complete": true}\n')
+    return run
+
+
+def write_table(
+    directory: Path, rows: list[dict[str, object]], schema: pa.Schema, parts: int
+) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    size = max(1, -(-len(rows) // parts))
+    for i in range(0, max(1, len(rows)), size):
+        table = pa.Table.from_pylist(rows[i : i + size], schema=schema)
+        pq.write_table(table, directory / f"part-{i // size:05d}.parquet")
+
+
+ERROR_NAMES = {25: "UNKNOWN_MEMBER_ID", 27: "REBALANCE_IN_PROGRESS", 22: "ILLEGAL_GENERATION"}
+
+
+def other_tables(run: GeneratedRun, seconds: int, seed: int) -> dict[str, list[dict[str, object]]]:
+    """errors, states and rebalances rows for a run written by latency_run (kept as rows,
+    so that each check can compute its statistic from them directly)."""
+    rng = random.Random(seed + 1000)
+    errors = [
+        {
+            "time": START_MS + second * 1000 - rng.randrange(1, 1000),
+            "api": rng.choice(APIS),
+            "error_code": (code := rng.choice(list(ERROR_NAMES))),
+            "error": ERROR_NAMES[code],
+            "group": f"g{rng.randrange(5)}",
+            "member": f"m{rng.randrange(50)}",
+        }
+        for second in range(1, seconds + 1)
+        for _ in range(rng.randrange(0, 6))
+    ]
+    states = [
+        {
+            "time": START_MS + second * 1000,
+            "elapsed_s": second,
+            "unjoined": rng.randrange(10),
+            "joining": rng.randrange(10),
+            "syncing": rng.randrange(10),
+            "stable": rng.randrange(100),
+            "leaving": 0,
+            "stopped": rng.randrange(3),
+            "connections": 7,
+            "requests": rng.randrange(1000),
+            "cpu_s": rng.random(),
+        }
+        for second in range(1, seconds + 1)
+    ]
+    rebalances = []
+    for group in range(6):
+        size = (1, 3, 12, 40, 7, 150)[group]
+        for generation in range(1, rng.randrange(2, 5)):
+            start = START_MS + rng.randrange(0, seconds * 1000)
+            for member in range(size):
+                began = start + rng.randrange(0, 500)
+                rebalances.append(
+                    {
+                        "time": began + rng.randrange(1, 3000),
+                        "started": began,
+                        "duration_ms": 0,
+                        "group": f"g{group}",
+                        "member": f"g{group}-m{member}",
+                        "instance_id": None,
+                        "generation": generation,
+                        "reason": "joining",
+                        "expected": rng.random() < 0.9,
+                    }
+                )
+    for row in rebalances:
+        row["duration_ms"] = int(row["time"]) - int(row["started"])  # type: ignore[call-overload]
+    tables = {"errors": errors, "states": states, "rebalances": rebalances}
+    for table, rows in tables.items():
+        write_table(run.path / table, rows, SCHEMAS[table], 2)
+    return tables
+
+
+def events(directory: Path, seed: int) -> list[dict[str, object]]:
+    """An event log: groups that rebalance (joins, some expirations, sync_completed), commits,
+    leaves; written as the server names its files."""
+    from fastcoord.server.event_log import SCHEMA
+
+    rng = random.Random(seed)
+    rows: list[dict[str, object]] = []
+    at = START_MS
+    for group in range(8):
+        members = 0
+        for generation in range(1, rng.randrange(2, 6)):
+            at += rng.randrange(100, 5000)
+            started = at
+            rows.append(
+                _event(at, "rebalance_started", group, None, generation - 1, members, 0, "join")
+            )
+            for m in range(rng.randrange(1, 30)):
+                at += rng.randrange(1, 200)
+                kind = "member_expired" if rng.random() < 0.1 else "member_joined"
+                members += 1 if kind == "member_joined" else -1 if members else 0
+                rows.append(
+                    _event(at, kind, group, f"g{group}-m{m}-{generation}", -1, members, 0, "")
+                )
+            at += rng.randrange(1, 300)
+            rows.append(
+                _event(
+                    at, "rebalance_completed", group, None, generation, members, at - started, ""
+                )
+            )
+            at += rng.randrange(1, 300)
+            rows.append(
+                _event(at, "sync_completed", group, None, generation, members, at - started, "")
+            )
+            for _ in range(rng.randrange(0, 4)):
+                at += rng.randrange(1, 1000)
+                rows.append(
+                    _event(at, "offsets_committed", group, None, -1, rng.randrange(1, 20), 0, "")
+                )
+            if rng.random() < 0.3:
+                at += 10
+                rows.append(_event(at, "member_left", group, f"g{group}-leaver", -1, 0, 0, ""))
+    directory.mkdir(parents=True, exist_ok=True)
+    half = len(rows) // 2
+    for n, part in enumerate((rows[:half], rows[half:]), 1):
+        first = part[0]["at"]
+        table = pa.Table.from_pylist(part, schema=_plain(SCHEMA)).cast(SCHEMA)
+        pq.write_table(table, directory / f"events-{first}-1-{n:06d}.parquet")
+    return rows
+
+
+def _event(
+    at: int,
+    kind: str,
+    group: int,
+    member: str | None,
+    generation: int,
+    members: int,
+    duration_ms: int,
+    reason: str,
+) -> dict[str, object]:
+    return {
+        "at": at,
+        "kind": kind,
+        "group_id": f"g{group}",
+        "member_id": member,
+        "generation": generation,
+        "members": members,
+        "duration_ms": duration_ms,
+        "reason": reason,
+    }
+
+
+def _plain(schema: pa.Schema) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
+            for f in schema
+        ]
+    )
