@@ -8,8 +8,9 @@ both trees in this one job:
 
 - instructions, under callgrind, of each operation of gate_ops.py. Counts are repeatable
   for the same binary and inputs whatever the machine is doing, so their threshold is
-  tight (2%). Each operation runs twice with two iteration counts; the difference over
-  the difference of iterations is one operation, start-up and set-up cancelled out.
+  tight (2%; 5% for offset_commit, see INSTRUCTION_THRESHOLDS). Each operation runs
+  twice with two iteration counts; the difference over the difference of iterations is
+  one operation, start-up and set-up cancelled out.
 - time, for what instructions cannot see (system calls, the event loop): `fastcoord serve`
   of each tree on the same core, one member each, the loopback round trip (one heartbeat
   in flight, p50) and pipelined heartbeats (256 in flight), measured base and head in
@@ -48,6 +49,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 OPS_SCRIPT = HERE / "gate_ops.py"
 INSTRUCTION_THRESHOLD = 0.02
+# The same sources built in two places count differently by a little (the builds' paths,
+# the heap's layout): up to 1% for most operations, but up to 2.1% for offset_commit (100
+# partitions of Python objects a request), measured between identical sources.
+INSTRUCTION_THRESHOLDS = {"offset_commit": 0.05}
 # Found by running the gate of an unchanged tree 12 times (docs/benchmarks.md): the widest
 # ratio seen was well inside these.
 TIME_THRESHOLDS = {"loopback_round_trip": 0.25, "pipelined_heartbeats": 0.25}
@@ -271,7 +276,8 @@ def instruction_rows(base: Path, head: Path, ops: Sequence[str], jobs: int) -> l
             note = "" if h is not None else "head failed"
             if h is not None and b is None:
                 note = "new (base cannot run it)"
-            rows.append(Row(op, "instructions", b, h, INSTRUCTION_THRESHOLD, note=note))
+            threshold = INSTRUCTION_THRESHOLDS.get(op, INSTRUCTION_THRESHOLD)
+            rows.append(Row(op, "instructions", b, h, threshold, note=note))
         print(f"counted instructions in {time.monotonic() - started:.0f} s", flush=True)
     return rows
 

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from fastcoord.pipeline import charts, compare, html
 from fastcoord.pipeline.inputs import Inputs, open_inputs
+from fastcoord.pipeline.offsets import committed_offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -124,6 +125,16 @@ def make_report(
         rows = {name: _rows(path) for name, path in report.tables.items()}
         _charts(report, rows)
         report.seconds["charts"] = time.monotonic() - started
+    if events is not None and events.is_dir():
+        final = committed_offsets(events.parent, report.problems)
+        if final is not None:
+            path = out / "tables" / "committed_offsets"
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir(parents=True)
+            pq.write_table(final, path / "part-00000.parquet")
+            report.tables["committed_offsets"] = path
+            rows["committed_offsets"] = final.to_pylist()
+    rows.setdefault("committed_offsets", [])
     comparison = _comparison(inputs, rows)
     if comparison:
         path = out / "tables" / "comparison"
@@ -229,6 +240,10 @@ def _page(
                 [{"run": k, "OffsetCommits/s": v} for k, v in _commit_rates(inputs, rows).items()]
             )
             + html.table(sorted(rows["group_commits"], key=lambda r: r["group_id"])[:500]),
+        ),
+        (
+            "Final committed offsets (from the offsets log; the first 500)",
+            html.table(rows["committed_offsets"][:500]),
         ),
     ]
     if comparison:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from kafka import KafkaAdminClient
 from rich.console import Console
 
 from fastcoord.pipeline.report import Report, make_report
@@ -101,6 +102,16 @@ def reported(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
             timeout=120,
         )
         assert done.returncode == 0, done.stdout + done.stderr
+        admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+        try:
+            groups = [g["group_id"] for g in admin.list_groups()]
+            fetched = {
+                (group, tp.topic, tp.partition): meta.offset
+                for group in groups
+                for tp, meta in admin.list_group_offsets({group: None})[group].items()
+            }
+        finally:
+            admin.close()
     other = latency_run(base / "other", 20, seed=3)
     other_tables(other, 20, seed=3)
     empty = base / "empty"
@@ -120,6 +131,7 @@ def reported(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     return {
         "run": run,
         "report": report,
+        "fetched": fetched,
         "empty": empty,
         "old": old.path,
         "part": part,
@@ -153,6 +165,14 @@ def test_the_report_of_a_real_run_agrees_with_its_summary(reported: dict[str, An
     assert server and all(r["duration_ms"] >= 0 for r in server)
     stored = sum(r["offsets"] for r in table(report, "group_commits"))
     assert stored == summary["commits"]["offsets"]
+
+
+def test_the_final_offsets_are_those_a_client_fetches(reported: dict[str, Any]) -> None:
+    final = {
+        (r["group_id"], r["topic"], r["partition"]): r["offset"]
+        for r in table(reported["report"], "committed_offsets")
+    }
+    assert final and final == reported["fetched"]
 
 
 def test_the_page_embeds_and_references_valid_charts(reported: dict[str, Any]) -> None:
