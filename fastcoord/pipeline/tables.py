@@ -33,7 +33,7 @@ def _empty(spark: SparkSession, schema: pa.Schema) -> DataFrame:
     return spark.createDataFrame([], from_arrow_schema(schema))
 
 
-def _plain(schema: pa.Schema) -> pa.Schema:
+def plain(schema: pa.Schema) -> pa.Schema:
     """Dictionary-encoded strings as plain strings (what Spark reads them as)."""
     return pa.schema(
         [
@@ -58,7 +58,7 @@ def load(spark: SparkSession, inputs: Inputs) -> Tables:
         for part in parts[1:]:
             frame = frame.unionByName(part)
         frames[table] = frame
-    schema = _plain(event_log.SCHEMA)
+    schema = plain(event_log.SCHEMA)
     events = (
         spark.read.parquet(*inputs.event_files).select(*schema.names)
         if inputs.event_files

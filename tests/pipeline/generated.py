@@ -141,6 +141,7 @@ def other_tables(run: GeneratedRun, seconds: int, seed: int) -> dict[str, list[d
 def events(directory: Path, seed: int) -> list[dict[str, object]]:
     """An event log: groups that rebalance (joins, some expirations, sync_completed), commits,
     leaves; written as the server names its files."""
+    from fastcoord.pipeline.tables import plain
     from fastcoord.server.event_log import SCHEMA
 
     rng = random.Random(seed)
@@ -183,7 +184,7 @@ def events(directory: Path, seed: int) -> list[dict[str, object]]:
     half = len(rows) // 2
     for n, part in enumerate((rows[:half], rows[half:]), 1):
         first = part[0]["at"]
-        table = pa.Table.from_pylist(part, schema=_plain(SCHEMA)).cast(SCHEMA)
+        table = pa.Table.from_pylist(part, schema=plain(SCHEMA)).cast(SCHEMA)
         pq.write_table(table, directory / f"events-{first}-1-{n:06d}.parquet")
     return rows
 
@@ -208,12 +209,3 @@ def _event(
         "duration_ms": duration_ms,
         "reason": reason,
     }
-
-
-def _plain(schema: pa.Schema) -> pa.Schema:
-    return pa.schema(
-        [
-            pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
-            for f in schema
-        ]
-    )
