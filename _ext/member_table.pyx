@@ -79,6 +79,11 @@ cdef class MemberTable:
     cdef Py_ssize_t _group_used
     cdef Py_ssize_t _group_free_count
     cdef dict _index  # group id -> {member id -> slot}
+    # Heartbeats heartbeat_id answered, by answer: NONE, REBALANCE_IN_PROGRESS,
+    # ILLEGAL_GENERATION (read by the metrics endpoint; see the twin).
+    cdef int64_t _answered_none
+    cdef int64_t _answered_rebalance
+    cdef int64_t _answered_illegal
 
     def __cinit__(self):
         self._index = {}
@@ -261,7 +266,33 @@ cdef class MemberTable:
         cdef object found = (<dict>members).get(member_id)
         if found is None:
             return FALLBACK_
-        return self._heartbeat(<Py_ssize_t>found, generation, now_ms)
+        cdef int code = self._heartbeat(<Py_ssize_t>found, generation, now_ms)
+        if code == NONE_:
+            self._answered_none += 1
+        elif code == REBALANCE_IN_PROGRESS_:
+            self._answered_rebalance += 1
+        elif code == ILLEGAL_GENERATION_:
+            self._answered_illegal += 1
+        return code
+
+    def group_states(self):
+        """[groups in use in state 0, 1, ... 4] (see the twin)."""
+        cdef int64_t counts[5]
+        cdef Py_ssize_t i
+        for i in range(5):
+            counts[i] = 0
+        for i in range(self._group_used):
+            if self._group_in_use[i] and self._group_state[i] < 5:
+                counts[self._group_state[i]] += 1
+        return [counts[i] for i in range(5)]
+
+    def heartbeat_answers(self):
+        """{error code: heartbeats heartbeat_id answered with it} (see the twin)."""
+        return {
+            NONE_: self._answered_none,
+            REBALANCE_IN_PROGRESS_: self._answered_rebalance,
+            ILLEGAL_GENERATION_: self._answered_illegal,
+        }
 
     def heartbeat(self, Py_ssize_t slot, int64_t generation, int64_t now_ms):
         """A heartbeat of a known dynamic member: an error code, or FALLBACK (see the twin)."""

@@ -11,7 +11,11 @@ plain-Python client (fastcoord.client.blocking, benches/loopback.py): a member j
 Heartbeat v3. Every answer is checked (size, correlation id in order) and its
 error code counted; an error answer from fastcoord fails the benchmark.
 
-A third process, the reference responder, answers each heartbeat without doing anything: the
+fastcoord runs twice: as it is, and with its admin port on and scraped (`GET /metrics`)
+once a second by a thread of this process through the measurements, so that the admin
+port's cost to the heartbeat path shows as a ratio of the two (aim: none measurable).
+
+A further process, the reference responder, answers each heartbeat without doing anything: the
 most this client can measure on this machine at that moment (on a busy 2-core host, this
 pure-Python client's own ceiling is not far above 500k/s). Each measurement also records
 the CPU time the peer used per heartbeat, and how long the processes waited for a core
@@ -39,11 +43,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastcoord import testing
+from fastcoord.client.admin import AdminClient, AdminError
 from fastcoord.client.blocking import Connection, Member, PeerError
 from fastcoord.testing import ServerProcess
 from fastcoord.testing_cpu import cores, pinned
@@ -62,15 +68,51 @@ PIPELINED_SECONDS = 0.1 if SMOKE else 2.0
 WARMUP_SECONDS = 0.02 if SMOKE else 0.5
 # The reference responder is not a peer: it answers without doing anything, which shows the
 # most this client can measure on this machine (is 500k/s measurable at all right now?).
-PEERS = ("fastcoord", "mock", "responder")
+PEERS = ("fastcoord", "fastcoord_admin", "mock", "responder")
 LABELS = {
     "fastcoord": "fastcoord",
+    "fastcoord_admin": "fastcoord, admin port scraped every second",
     "mock": "librdkafka mock",
     "responder": "reference responder (client ceiling)",
 }
 AIM_PIPELINED_RATE = 500_000
 AIM_PIPELINED_OVER_MOCK = 5.0
 AIM_P50_OVER_MOCK = 1.5
+SCRAPE_EVERY_S = 1.0
+
+
+class Scraper:
+    """GET /metrics every SCRAPE_EVERY_S from a thread, as Prometheus would (more often
+    than its default 15 s); counts the scrapes and their failures."""
+
+    def __init__(self, address: str) -> None:
+        self.client = AdminClient(address, timeout_s=5.0)
+        self.scrapes = 0
+        self.failures = 0
+        self.seconds: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
+
+    def _run(self) -> None:
+        while True:  # one at once: a smoke run's measurements are over within a second
+            started = time.perf_counter()
+            try:
+                self.client.metrics_text()
+            except (OSError, AdminError):
+                self.failures += 1
+            else:
+                self.seconds.append(time.perf_counter() - started)
+                self.scrapes += 1
+            if self._stop.wait(SCRAPE_EVERY_S):
+                return
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
 
 
 def _start(name: str, core: int | None) -> ServerProcess:
@@ -78,7 +120,8 @@ def _start(name: str, core: int | None) -> ServerProcess:
         return testing.start_mock(core)
     if name == "responder":
         return testing.start_responder(core)
-    return testing.start_fastcoord(None, *loopback.SERVE_ARGS, core=core, wait_loaded=False)
+    admin = ("--admin-port", "0") if name == "fastcoord_admin" else ()
+    return testing.start_fastcoord(None, *loopback.SERVE_ARGS, *admin, core=core, wait_loaded=False)
 
 
 Session = tuple[ServerProcess, Connection, Member, loopback.HeartbeatRing, int | None]
@@ -120,7 +163,8 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
         failed = [e for f in opening.values() if (e := f.exception()) is not None]
         if failed:
             raise failed[0]
-        with pinned(client_core):
+        scraper = Scraper(sessions["fastcoord_admin"][0].admin)
+        with pinned(client_core), scraper:
             for name in PEERS:  # warm-up, not counted
                 _, client, _, ring, _ = sessions[name]
                 loopback.pipelined(client, ring, PIPELINED_COUNT, WARMUP_SECONDS, WINDOW)
@@ -187,18 +231,31 @@ def measure(rounds: int = ROUNDS) -> dict[str, Any]:
             "generation_id": member.generation_id,
             "stale_generation_error": stale,
         }
-    for name in ("fastcoord", "mock"):
+    for name in ("fastcoord", "fastcoord_admin", "mock"):
         if figures[name]["stale_generation_error"] != 22:
             raise PeerError(
                 f"{name} answered a stale-generation heartbeat with "
                 f"{figures[name]['stale_generation_error']}, not 22 (ILLEGAL_GENERATION): "
                 "it does not check heartbeats, and its answers of 0 prove nothing"
             )
-    if figures["fastcoord"]["errors"]:
+    for name in ("fastcoord", "fastcoord_admin"):
+        if figures[name]["errors"]:
+            raise PeerError(
+                f"{name} answered heartbeats with errors {figures[name]['errors']}: "
+                "timing error answers proves nothing"
+            )
+    fc = figures["fastcoord"]
+    if not scraper.scrapes or scraper.failures:
         raise PeerError(
-            f"fastcoord answered heartbeats with errors {figures['fastcoord']['errors']}: "
-            "timing error answers proves nothing"
+            f"the admin port was scraped {scraper.scrapes} times with {scraper.failures} "
+            "failures: its cost is not measured"
         )
+    figures["scrapes"] = scraper.scrapes
+    figures["scrape_ms_p50"] = statistics.median(scraper.seconds) * 1000
+    admin = figures["fastcoord_admin"]
+    figures["admin_pipelined_ratio"] = admin["pipelined_rate"] / fc["pipelined_rate"]
+    figures["admin_p50_ratio"] = admin["p50_us"] / fc["p50_us"]
+    figures["admin_cpu_ratio"] = _float(admin["pipelined_cpu_us"]) / _float(fc["pipelined_cpu_us"])
     figures["pipelined_over_mock"] = (
         figures["fastcoord"]["pipelined_rate"] / figures["mock"]["pipelined_rate"]
     )
@@ -290,6 +347,25 @@ class HeartbeatLoopback:
 
     track_ratio_p50_fastcoord_over_mock.unit = "ratio"  # type: ignore[attr-defined]
 
+    def track_ratio_pipelined_admin_port_over_none(self, figures: dict[str, Any]) -> float:
+        """Pipelined rate with the admin port on and scraped, over without. Aim: 1."""
+        return float(figures["admin_pipelined_ratio"])
+
+    track_ratio_pipelined_admin_port_over_none.unit = "ratio"  # type: ignore[attr-defined]
+
+    def track_ratio_p50_admin_port_over_none(self, figures: dict[str, Any]) -> float:
+        """One-in-flight p50 with the admin port on and scraped, over without. Aim: 1."""
+        return float(figures["admin_p50_ratio"])
+
+    track_ratio_p50_admin_port_over_none.unit = "ratio"  # type: ignore[attr-defined]
+
+    def track_ratio_cpu_admin_port_over_none(self, figures: dict[str, Any]) -> float:
+        """Server CPU per pipelined heartbeat with the admin port on and scraped, over
+        without. Aim: 1."""
+        return float(figures["admin_cpu_ratio"])
+
+    track_ratio_cpu_admin_port_over_none.unit = "ratio"  # type: ignore[attr-defined]
+
 
 # -- command line -------------------------------------------------------------------------
 
@@ -334,6 +410,12 @@ def report(figures: dict[str, Any]) -> str:
         f"{_verdict(figures['pipelined_over_mock'] >= AIM_PIPELINED_OVER_MOCK)} |",
         f"| one in flight p50, fastcoord / mock | {figures['p50_over_mock']:.2f}x | "
         f"<= {AIM_P50_OVER_MOCK}x | {_verdict(figures['p50_over_mock'] <= AIM_P50_OVER_MOCK)} |",
+        "",
+        f"admin port on and scraped every {SCRAPE_EVERY_S:g} s ({figures['scrapes']} scrapes, "
+        f"p50 {figures['scrape_ms_p50']:.1f} ms each), over off: pipelined rate "
+        f"{figures['admin_pipelined_ratio']:.3f}x, one in flight p50 "
+        f"{figures['admin_p50_ratio']:.3f}x, server CPU per pipelined heartbeat "
+        f"{figures['admin_cpu_ratio']:.3f}x",
         "",
         *(
             f"rounds, {LABELS[name]}: p50 "

@@ -7,22 +7,29 @@ Starts the server (in memory, pinned to one core when there are two) and the loa
 (pinned to the other), samples the server's CPU and memory over the last `--window`
 seconds of the run (the steady part, after the joins), and prints the loadtest's summary
 figures for that window beside the server's: heartbeats/s, p50/p99/p99.9, the server's and
-the generator's share of a core. Nothing here runs at import (asv imports benches/).
+the generator's share of a core. With `--scrape-every S` the server's admin port is on and
+scraped (`GET /metrics`) every S seconds through the run, and `GET /v1/groups` once in the
+window, each timed: what watching a server of that size costs it. Nothing here runs at
+import (asv imports benches/).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
+from prometheus_client.parser import text_string_to_metric_families
 
+from fastcoord.client.admin import AdminClient
 from fastcoord.loadtest.histogram import Histogram
 from fastcoord.testing import child_env, fastcoord_server
 from fastcoord.testing_cpu import cores, rss_bytes, sched_seconds
@@ -56,6 +63,68 @@ def window_figures(out: Path, first: int, last: int) -> dict[str, Any]:
     }
 
 
+class Scraper:
+    """GET /metrics every `every` s from a thread while the run goes on; timed."""
+
+    def __init__(self, address: str | None, every: float | None) -> None:
+        self.client = AdminClient(address, timeout_s=30.0) if address else None
+        self.every = every or 0.0
+        self.seconds: list[float] = []
+        self.groups_s: float | None = None
+        self.groups_count = 0
+        self.groups_bytes = 0
+        self.metrics_bytes = 0
+        self.last = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        assert self.client is not None
+        while not self._stop.wait(self.every):
+            started = time.perf_counter()
+            self.last = self.client.metrics_text()
+            self.seconds.append(time.perf_counter() - started)
+            self.metrics_bytes = len(self.last)
+
+    def groups(self) -> None:
+        if self.client is None:
+            return
+        started = time.perf_counter()
+        status, body = self.client.request("GET", "/v1/groups")
+        self.groups_s = time.perf_counter() - started
+        assert status == 200, status
+        self.groups_bytes = len(body)
+        self.groups_count = body.count(b'"group_id"')
+
+    def describe(self) -> str:
+        ms = sorted(s * 1000 for s in self.seconds)
+        handled = {
+            (s.name, s.labels.get("le")): s.value
+            for family in text_string_to_metric_families(self.last)
+            for s in family.samples
+            if s.name.startswith("fastcoord_admin_handling_seconds")
+        }
+        count = handled[("fastcoord_admin_handling_seconds_count", None)]
+        server_ms = handled[("fastcoord_admin_handling_seconds_sum", None)] / count * 1000
+        return (
+            f"the server's time per admin request {server_ms:.2f} ms (of {count:.0f}); "
+            f"admin port: {len(ms)} scrapes of /metrics ({self.metrics_bytes:,} bytes), "
+            f"p50 {statistics.median(ms):.1f} ms, max {ms[-1]:.1f} ms; /v1/groups "
+            f"({self.groups_count:,} groups, {self.groups_bytes:,} bytes) in "
+            f"{(self.groups_s or 0) * 1000:.0f} ms"
+        )
+
+    def __enter__(self) -> Scraper:
+        if self.client is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(60)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--members", type=int, default=100_000)
@@ -66,11 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=60, help="seconds sampled at the end")
     parser.add_argument("--heartbeat-interval-ms", type=int, default=3_000)
     parser.add_argument("--commit-interval-ms", type=int, default=5_000)
+    parser.add_argument(
+        "--scrape-every", type=float, metavar="S", help="admin port on, /metrics scraped every S s"
+    )
     args = parser.parse_args(argv)
     client_core, server_core = cores()
     with tempfile.TemporaryDirectory(prefix="fastcoord-loadtest-run-") as tmp:
         out = Path(tmp) / "run"
-        server_args = ("--in-memory", "--num-partitions", "12")
+        server_args: tuple[str, ...] = ("--in-memory", "--num-partitions", "12")
+        if args.scrape_every:
+            server_args += ("--admin-port", "0")
         with fastcoord_server(Path(tmp), *server_args, core=server_core) as server:
             command = [
                 *(["taskset", "-c", str(client_core)] if client_core is not None else []),
@@ -87,11 +161,14 @@ def main(argv: list[str] | None = None) -> int:
             run = subprocess.Popen(
                 command, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
             )
-            time.sleep(max(0.0, args.duration - args.window - 2))
-            before = sched_seconds(server.pid)
-            t0 = time.monotonic()
-            time.sleep(args.window)
-            after = sched_seconds(server.pid)
+            with Scraper(server.admin if args.scrape_every else None, args.scrape_every) as scrape:
+                time.sleep(max(0.0, args.duration - args.window - 2))
+                before = sched_seconds(server.pid)
+                t0 = time.monotonic()
+                time.sleep(args.window / 2)
+                scrape.groups()
+                time.sleep(args.window / 2)
+                after = sched_seconds(server.pid)
             t1 = time.monotonic()
             rss = rss_mb(server.pid)
             output, _ = run.communicate(timeout=args.duration + 120)
@@ -115,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         f"RSS {rss:.0f} MB; {per_heartbeat}generator {figures['generator_cores']:.2f} cores "
         f"(whole run {summary['generator']['cores']:.2f}); exit {run.returncode}"
     )
+    if scrape.seconds:
+        print(scrape.describe())
     return 0 if run.returncode == 0 else 1
 
 

@@ -70,6 +70,9 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
                 "--topic", dest="topics", action="append", metavar="NAME:PARTITIONS", help=text
             )
             continue
+        if setting.attr == "fault":
+            group.add_argument("--fault", dest="fault", action="append", metavar="JSON", help=text)
+            continue
         # A boolean flag alone means true: --in-memory.
         optional: dict[str, Any] = {"nargs": "?", "const": "true"}
         group.add_argument(
@@ -121,6 +124,8 @@ def _loadtest(args: argparse.Namespace) -> int:
         out=Path(out),
         max_error_rate=args.max_error_rate,
         max_p99_ms=args.max_p99_ms,
+        faults=Path(args.faults) if args.faults else None,
+        admin=args.admin,
     )
     return run(options)
 
@@ -279,6 +284,19 @@ def _add_loadtest(sub: Any) -> None:
         default=None,
         metavar="MS",
         help="exit 1 if an API's p99 exceeds this (JoinGroup and SyncGroup excepted)",
+    )
+    p.add_argument(
+        "--faults",
+        default=None,
+        metavar="FILE.toml",
+        help="add these faults ([[fault]] tables: a rule and at_ms) during the run through "
+        "the server's admin port, and report their effect; needs --admin",
+    )
+    p.add_argument(
+        "--admin",
+        default=None,
+        metavar="HOST:PORT",
+        help="the server's admin port (fastcoord serve --admin-port), for --faults",
     )
     p.set_defaults(func=_loadtest)
 

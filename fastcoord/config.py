@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 import msgspec
 
 from fastcoord.core.config import INT32_MAX, GroupConfig
+from fastcoord.faults import FaultError, FaultRule, compile_rule
 
 _GROUP = GroupConfig()  # the coordinator's settings: their defaults are defined there, once
 
@@ -31,7 +32,8 @@ GROUPS = "groups"
 OFFSETS_LOG = "offsets log"
 LIMITS = "limits"
 LOGGING = "logging"
-SECTIONS = (LISTENER, TOPICS, GROUPS, OFFSETS_LOG, LIMITS, LOGGING)
+ADMIN = "admin"
+SECTIONS = (LISTENER, TOPICS, GROUPS, OFFSETS_LOG, LIMITS, LOGGING, ADMIN)
 
 UNBOUNDED = {"unbounded": INT32_MAX}
 TRUE_WORDS = ("true", "yes", "on", "1")
@@ -225,6 +227,24 @@ class ServerConfig(
         _int(1),
         Doc(LOGGING, "event files whose newest event is older than this are deleted", "ms"),
     ] = 604_800_000
+    # -- the admin port: metrics, groups, fault rules
+    admin_port: Annotated[
+        Annotated[int, _int(0, 65535)] | Literal["off"],
+        Doc(
+            ADMIN,
+            "HTTP port of /metrics (Prometheus), /v1/groups and /v1/faults; 0 picks a free "
+            "one; off: no admin port",
+        ),
+    ] = "off"
+    admin_host: Annotated[str, Doc(ADMIN, "address the admin port listens on")] = "127.0.0.1"
+    fault: Annotated[
+        list[FaultRule],
+        Doc(
+            ADMIN,
+            "a fault rule in force from the start, as JSON (repeatable; [[fault]] tables in "
+            "the file): see docs/operations.md",
+        ),
+    ] = []
 
     def __post_init__(self) -> None:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
@@ -233,6 +253,11 @@ class ServerConfig(
             )
         for topic in self.topics:
             parse_topic(topic)
+        for rule in self.fault:
+            try:
+                compile_rule(rule, 0, 0)
+            except FaultError as exc:
+                raise ValueError(f"fault: {exc}") from None
 
     def group_config(self) -> GroupConfig:
         return GroupConfig(**{name: getattr(self, name) for name in GroupConfig.__struct_fields__})
@@ -359,6 +384,8 @@ def allowed(name: str) -> str:
                 parts.append(f"{kind} from {meta.ge} to {meta.le}")
         elif setting.attr == "topics":
             parts.append("NAME:PARTITIONS")
+        elif setting.attr == "fault":
+            parts.append("a JSON object")
     parts.extend(setting.doc.words)
     if not parts:
         return "any text"
@@ -370,6 +397,9 @@ def _words(values: dict[str, Any]) -> dict[str, Any]:
     out = dict(values)
     for name, value in values.items():
         setting = BY_NAME.get(name)
+        if setting is not None and setting.attr == "fault" and isinstance(value, list):
+            out[name] = [_json_rule(v) if isinstance(v, str) else v for v in value]
+            continue
         if setting is None or not isinstance(value, str):
             continue
         if value in setting.doc.words:
@@ -379,6 +409,13 @@ def _words(values: dict[str, Any]) -> dict[str, Any]:
         elif _unwrap(setting.type)[0] is bool and value.lower() in TRUE_WORDS + FALSE_WORDS:
             out[name] = value.lower() in TRUE_WORDS
     return out
+
+
+def _json_rule(text: str) -> Any:
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"fault: not JSON: {exc}") from None
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -427,18 +464,28 @@ def _explain(message: str) -> str:
 def to_toml(config: ServerConfig) -> str:
     """The effective configuration, as a TOML file would give it."""
     lines = []
+    tables = []
     for name, value in msgspec.to_builtins(config).items():
+        if name == "fault" and value:  # tables come after every key
+            for rule in value:
+                tables.append("\n[[fault]]")
+                tables.extend(f"{k} = {_toml_value(v)}" for k, v in rule.items())
+            continue
         words = BY_NAME[name].doc.words
         word = next((w for w, meant in words.items() if meant == value), None)
         if word is not None:
             value = word
-        if isinstance(value, str):
-            rendered = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        elif isinstance(value, bool):
-            rendered = "true" if value else "false"
-        elif isinstance(value, list):
-            rendered = "[" + ", ".join(f'"{v}"' for v in value) + "]"
-        else:
-            rendered = str(value)
-        lines.append(f'"{name}" = {rendered}')
-    return "\n".join(lines) + "\n"
+        lines.append(f'"{name}" = {_toml_value(value)}')
+    return "\n".join(lines + tables) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    return str(value)

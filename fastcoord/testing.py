@@ -50,6 +50,7 @@ LOG_LEVEL_ENV = "FASTCOORD_TEST_SERVER_LOG_LEVEL"  # e.g. DEBUG: every request, 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 LISTENING = r"listening on ([\d.]+):(\d+)"
+ADMIN = r"admin on ([\d.]+):(\d+)"
 LOADED = r"loaded \d+ groups"
 HOST_MODULE = "fastcoord.testing"  # run with -m, it hosts a peer (main)
 
@@ -76,6 +77,14 @@ class ServerProcess:
     def bootstrap(self) -> str:
         """HOST:PORT, as bootstrap.servers wants it."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def admin(self) -> str:
+        """HOST:PORT of its admin port (started with --admin-port), from its output."""
+        match = re.search(ADMIN, self.log())
+        if match is None:
+            raise RuntimeError(f"{self.name} has no admin port: start it with --admin-port 0")
+        return f"{match.group(1)}:{match.group(2)}"
 
     def log(self) -> str:
         try:

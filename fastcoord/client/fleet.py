@@ -98,6 +98,7 @@ class Recorder(Protocol):
     def latencies(self, api_key: int) -> list[int]: ...
     def error_code(self, api_key: int, code: int) -> None: ...
     def error(self, api_key: int, code: int, group: str, member: str, wall_ms: int) -> None: ...
+    def error_row(self, api_key: int, code: int, group: str, member: str, wall_ms: int) -> None: ...
     def rebalance(
         self,
         group: str,
@@ -517,6 +518,8 @@ class Fleet:
             self.recorder.record(ApiKey.OFFSET_FETCH, latency_ns, response.error_code)
             outcome = member.on_fetch(response, self.now_ms())
             if outcome is not Next.NOTHING:
+                if not response.error_code:  # a partition's error: not counted by record
+                    self.recorder.error_code(ApiKey.OFFSET_FETCH, member.last_error)
                 self._error_row(ApiKey.OFFSET_FETCH, member.last_error, member)
                 return self._follow(seat, outcome, ApiKey.OFFSET_FETCH)
             if commit_due is not None:
@@ -613,7 +616,8 @@ class Fleet:
         self._schedule_retry(delay, seat)
 
     def _error_row(self, api: int, code: int, member: Member) -> None:
-        self.recorder.error(api, code, member.group_id, member.member_id, self.wall_ms())
+        # Its count is record's: the answer's latency and error were recorded together.
+        self.recorder.error_row(api, code, member.group_id, member.member_id, self.wall_ms())
 
     def _rebalance_row(self, r: Rebalance) -> None:
         expected = self.rebalances_expected or r.reason == "join"

@@ -90,6 +90,7 @@ class Coordinator:
         self.loading_partitions: set[int] = set()
         self.owned_partitions: set[int] | None = None  # None: every partition
         self._appends: dict[int, list[AppendCallback]] = {}
+        self._heartbeat_fallbacks: dict[int, int] = {}  # heartbeats the table left, by answer
         self._next_append = 1
         self._result: Result | None = None
         # Timers the wheel has fired that advance() has not handled yet (it was given a
@@ -152,9 +153,19 @@ class Coordinator:
             code: int = self.table.heartbeat_id(group_id, member_id, generation, now_ms)
             if code >= 0:
                 return code
-        return membership.heartbeat_error(
+        code = membership.heartbeat_error(
             self, group_id, member_id, generation, group_instance_id, version, now_ms
         )
+        # The table counts what it answers; these are the rest (see heartbeat_answers).
+        self._heartbeat_fallbacks[code] = self._heartbeat_fallbacks.get(code, 0) + 1
+        return code
+
+    def heartbeat_answers(self) -> dict[int, int]:
+        """{error code: heartbeats answered with it}, every path counted once."""
+        counts = dict(self._heartbeat_fallbacks)
+        for code, n in self.table.heartbeat_answers().items():
+            counts[code] = counts.get(code, 0) + n
+        return counts
 
     def table_answers_heartbeats(self) -> bool:
         """Whether table.heartbeat_id may answer dynamic members' heartbeats alone (when it

@@ -44,6 +44,9 @@ class MemberTable:
         self._group_free: list[int] = []
         self._members = 0
         self._index: dict[str, dict[str, int]] = {}  # group id -> member id -> slot
+        # Heartbeats heartbeat_id answered, by error code: every path that answers a
+        # heartbeat from the table comes through it, so the metrics count them here.
+        self._answered = {NONE: 0, REBALANCE_IN_PROGRESS: 0, ILLEGAL_GENERATION: 0}
 
     def __len__(self) -> int:
         return self._members
@@ -179,7 +182,23 @@ class MemberTable:
         slot = members.get(member_id, -1)
         if slot < 0:
             return FALLBACK
-        return self.heartbeat(slot, generation, now_ms)
+        code = self.heartbeat(slot, generation, now_ms)
+        if code >= 0:
+            self._answered[code] += 1
+        return code
+
+    def group_states(self) -> list[int]:
+        """[groups in use in state 0, 1, ... 4]: what the metrics show, without a walk over
+        the groups in Python."""
+        counts = [0] * 5
+        for state, in_use in zip(self._group_state, self._group_in_use, strict=True):
+            if in_use:
+                counts[state] += 1
+        return counts
+
+    def heartbeat_answers(self) -> dict[int, int]:
+        """{error code: heartbeats heartbeat_id answered with it}."""
+        return dict(self._answered)
 
     def heartbeat(self, slot: int, generation: int, now_ms: int) -> int:
         """A heartbeat of a known dynamic member: an error code, or FALLBACK.

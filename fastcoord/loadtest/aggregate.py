@@ -21,8 +21,10 @@ import numpy as np
 from fastcoord.loadtest import results
 from fastcoord.loadtest.histogram import Histogram
 from fastcoord.loadtest.results import STATES, Results
-from fastcoord.loadtest.stats import Second, api_name, error_name
+from fastcoord.loadtest.stats import Second
 from fastcoord.loadtest.summary import PERCENTILES, Thresholds, Totals, summarize
+from fastcoord.protocol.api_keys import api_name
+from fastcoord.protocol.errors import error_name
 
 __all__ = ["Aggregator", "ApiView", "Snapshot", "Thresholds"]
 

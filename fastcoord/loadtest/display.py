@@ -138,8 +138,56 @@ class LiveDisplay:
             self.console.print(plain_line(snapshot), highlight=False, markup=False, soft_wrap=True)
 
 
+def _fault_head(fault: Mapping[str, Any]) -> str:
+    """A fault in a line: when it was due, what it was, and what became of it."""
+    name = f"#{fault['id']} " if fault["id"] is not None else ""
+    head = f"fault {name}at {fault['at_ms'] / 1000:g} s: {fault['description']}"
+    if fault["apply_error"]:
+        return f"{head}; {fault['apply_error']}"
+    window = fault["window"]
+    injected = f"{fault['injected']:,}" if fault["injected"] is not None else "?"
+    state = f" ({fault['state']})" if fault["state"] else ""
+    head += (
+        f"; in force {window['start_ms'] / 1000:.1f}-{window['end_ms'] / 1000:.1f} s, "
+        f"injected {injected}{state}"
+    )
+    return f"{head}; {fault['end_error']}" if fault["end_error"] else head
+
+
+def faults_report(faults: list[Mapping[str, Any]]) -> RenderableType:
+    """Each scheduled fault, and per API it touched the figures inside its window beside
+    those of the run outside every fault's window."""
+    parts: list[RenderableType] = []
+    for fault in faults:
+        parts.append(Text(_fault_head(fault)))
+        if not fault["effect"]:
+            continue
+        table = Table(expand=False)
+        table.add_column("API")
+        table.add_column("seconds")
+        for name in ("requests", "requests/s", "p50 ms", "p99 ms"):
+            table.add_column(name, justify="right")
+        table.add_column("errors")
+        for api, where in fault["effect"].items():
+            for label, figures in where.items():
+                rate = figures["requests_per_s"]
+                table.add_row(
+                    api,
+                    f"{label} {figures['seconds']:,}",
+                    f"{figures['requests']:,}",
+                    f"{rate:,.0f}" if rate is not None else "-",
+                    fmt_ms(figures["p50_ms"]),
+                    fmt_ms(figures["p99_ms"]),
+                    fmt_errors(figures["errors"]),
+                    end_section=label != "window",
+                )
+        parts.append(table)
+    return Group(*parts)
+
+
 def print_summary(summary: Mapping[str, Any], console: Console) -> None:
-    """The end of a run: per API, rebalances, expirations, commits, CPU, the verdict."""
+    """The end of a run: per API, rebalances, expirations, commits, CPU, the faults (with
+    --faults), the verdict."""
     requests = summary["requests"]
     console.print(
         Text.assemble(
@@ -200,6 +248,8 @@ def print_summary(summary: Mapping[str, Any], console: Console) -> None:
     ]
     for line in lines:
         console.print(line, highlight=False, markup=False)
+    if summary.get("faults"):
+        console.print(faults_report(summary["faults"]))
     verdict = summary["verdict"]
     if verdict["passed"]:
         console.print(Text("verdict: passed", style="bold green"))

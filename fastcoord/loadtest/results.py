@@ -18,7 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fastcoord.loadtest.stats import api_name, error_name
+from fastcoord.protocol.api_keys import api_name
+from fastcoord.protocol.errors import error_name
 from fastcoord.server.event_files import temporary  # the same hidden names Spark skips
 from fastcoord.storage.swap import fsync_directory
 

@@ -2,11 +2,12 @@
 
 The parent process drives no members: it refuses a run that cannot work (more connections
 than the open-file limit allows, an unreachable bootstrap, shared connections against a
-server that would deadlock them), starts the worker processes, merges their seconds into
-the live display and the results under --out, and ends with the summary and an exit
-status: 0 passed, 1 a threshold was exceeded, 2 the run could not start, 3 it was cut short
-(the server died or stalled, a worker failed), 130 interrupted. Whatever was measured
-before an end of any kind is kept.
+server that would deadlock them, a fault schedule it cannot apply), starts the worker
+processes, adds the scheduled faults on time (loadtest/faults.py), merges the workers'
+seconds into the live display and the results under --out, and ends with the summary and
+an exit status: 0 passed, 1 a threshold was exceeded, 2 the run could not start, 3 it was
+cut short (the server died or stalled, a worker failed), 130 interrupted. Whatever was
+measured before an end of any kind is kept.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from rich.console import Console
 
 from fastcoord.client.connection import Connection, connect_reason, is_fastcoord
 from fastcoord.client.fleet import FleetConfig
-from fastcoord.loadtest import scenarios, worker
+from fastcoord.loadtest import faults, scenarios, worker
 from fastcoord.loadtest.aggregate import Aggregator, Thresholds
 from fastcoord.loadtest.display import LiveDisplay, print_summary
 from fastcoord.protocol.messages import MetadataRequest, MetadataResponse
@@ -64,6 +65,8 @@ class Options:
     out: Path
     max_error_rate: float | None
     max_p99_ms: float | None
+    faults: Path | None = None  # a schedule of faults (loadtest/faults.py)
+    admin: str | None = None  # the server's admin port, HOST:PORT, that adds them
 
 
 class CannotStart(Exception):
@@ -171,16 +174,21 @@ def run(o: Options, console: Console | None = None) -> int:
     try:
         address = parse_bootstrap(o.bootstrap)
         check_file_limit(o)
+        fault_run = faults.prepare(o.faults, o.admin, o.duration_s)
         server_is_fastcoord = probe(o, address)
-    except CannotStart as exc:
+    except (CannotStart, faults.ScheduleError) as exc:
         console.print(f"fastcoord loadtest: {exc}", markup=False, highlight=False, soft_wrap=True)
         return CANNOT_START
     o.out.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(o).items()}
     config["server_is_fastcoord"] = server_is_fastcoord
     aggregator = Aggregator(o.out, config, o.processes, Thresholds(o.max_error_rate, o.max_p99_ms))
-    outcome, message = _drive(o, address, aggregator, console)
+    outcome, message = _drive(o, address, aggregator, console, fault_run)
     summary = aggregator.finish(outcome, message)
+    if fault_run is not None:
+        summary["faults"] = fault_run.finish()
+        if aggregator.results is not None:
+            aggregator.results.write_summary(summary)
     print_summary(summary, out)
     if message:
         console.print(
@@ -195,9 +203,13 @@ def run(o: Options, console: Console | None = None) -> int:
 
 
 def _drive(
-    o: Options, address: tuple[str, int], aggregator: Aggregator, console: Console
+    o: Options,
+    address: tuple[str, int],
+    aggregator: Aggregator,
+    console: Console,
+    fault_run: faults.FaultRun | None = None,
 ) -> tuple[str, str | None]:
-    """Run the workers to their end; (outcome, message)."""
+    """Run the workers to their end, adding the scheduled faults; (outcome, message)."""
     context = multiprocessing.get_context("spawn")
     started = time.time()
     fleet = fleet_config(o, address)
@@ -214,6 +226,8 @@ def _drive(
         theirs.close()
         pipes[ours] = n
         processes.append(process)
+    if fault_run is not None:
+        fault_run.start(started)
     outcome, message = "completed", None
     done: set[int] = set()
     stopping_at: float | None = None
@@ -245,6 +259,8 @@ def _drive(
                         continue
                     if kind == "second":
                         aggregator.add(body)
+                        if fault_run is not None:
+                            fault_run.record(body)
                     elif kind in ("aborted", "failed"):
                         if outcome == "completed":
                             outcome = "cut short"
@@ -276,4 +292,6 @@ def _drive(
         if process.is_alive():
             process.kill()
             process.join(timeout=5)
+    if fault_run is not None:
+        fault_run.stop()
     return outcome, message

@@ -20,29 +20,11 @@ import numpy as np
 from fastcoord.client import lane
 from fastcoord.loadtest.histogram import Histogram, Int16Array, Int64Array
 from fastcoord.protocol.api_keys import ApiKey
-from fastcoord.protocol.errors import ErrorCode
 
 # Rows of the errors table a worker keeps per second; past it errors are only counted.
 MAX_ERROR_ROWS = 10_000
 # The APIs of the rows of a lane's latency sink.
 SINK_APIS = (int(ApiKey.HEARTBEAT), int(ApiKey.OFFSET_COMMIT))
-
-
-def api_name(api_key: int) -> str:
-    """Kafka's name of a request (ApiKeys' `name`): 12 -> "Heartbeat", 18 -> "ApiVersions"."""
-    try:
-        words = ApiKey(api_key).name.split("_")
-    except ValueError:
-        return f"ApiKey{api_key}"
-    return "".join(w.capitalize() for w in words)
-
-
-def error_name(code: int) -> str:
-    """Kafka's name of an error code: 27 -> "REBALANCE_IN_PROGRESS"."""
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"ERROR_{code}"
 
 
 class ApiSecond(msgspec.Struct):
@@ -146,6 +128,10 @@ class Recorder:
         """Count one error and keep its row for the errors table (up to MAX_ERROR_ROWS a
         second; the rest are counted as dropped)."""
         self._errors[api_key, code] += 1
+        self.error_row(api_key, code, group, member, wall_ms)
+
+    def error_row(self, api_key: int, code: int, group: str, member: str, wall_ms: int) -> None:
+        """Keep the row of an error that `record` or `error_code` counted already."""
         if len(self._error_rows) < MAX_ERROR_ROWS:
             self._error_rows.append((wall_ms, api_key, code, group, member))
         else:

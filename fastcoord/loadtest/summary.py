@@ -16,9 +16,8 @@ from typing import Any
 
 from fastcoord.loadtest.histogram import Histogram
 from fastcoord.loadtest.results import STATES
-from fastcoord.loadtest.stats import api_name, error_name
-from fastcoord.protocol.api_keys import ApiKey
-from fastcoord.protocol.errors import ErrorCode
+from fastcoord.protocol.api_keys import ApiKey, api_name
+from fastcoord.protocol.errors import ErrorCode, error_name
 
 SCHEMA_VERSION = 1
 
@@ -251,6 +250,9 @@ def summarize(
         "members": members,
         "tables": {**tables, "errors_dropped": totals.errors_dropped},
         "late_seconds": totals.late_seconds,
+        # With --faults, loadtest/faults.py's section, set once the run is over (reading
+        # the faults' counts takes the server's admin port, which the aggregator has not).
+        "faults": None,
         "thresholds": {
             "max_error_rate": thresholds.max_error_rate,
             "max_p99_ms": thresholds.max_p99_ms,

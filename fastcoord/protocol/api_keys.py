@@ -23,3 +23,12 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of a request (ApiKeys' `name`): 12 -> "Heartbeat", 18 -> "ApiVersions"."""
+    try:
+        words = ApiKey(api_key).name.split("_")
+    except ValueError:
+        return f"ApiKey{api_key}"
+    return "".join(w.capitalize() for w in words)

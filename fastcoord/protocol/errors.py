@@ -194,3 +194,11 @@ class UnsupportedVersion(ProtocolError):
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of an error code: 27 -> "REBALANCE_IN_PROGRESS"."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"ERROR_{code}"

@@ -24,7 +24,10 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from time import perf_counter_ns
 from typing import Any
 
 import trio
@@ -33,6 +36,7 @@ from fastcoord.config import ServerConfig
 from fastcoord.core.coordinator import Coordinator
 from fastcoord.core.native import timing_wheel
 from fastcoord.core.result import Event, Result
+from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.commit_batch import OffsetCommitBatch
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.headers import RequestHeader
@@ -48,10 +52,14 @@ from fastcoord.protocol.messages import (
 from fastcoord.protocol.schema import Request
 from fastcoord.protocol.versions import api_versions_response
 from fastcoord.server import collector, startup
+from fastcoord.server.admin import Admin
+from fastcoord.server.admin import serve as admin_serve
 from fastcoord.server.broker import Broker
 from fastcoord.server.connection import Connection, Slot
 from fastcoord.server.event_log import EventLog
+from fastcoord.server.fault_injection import FaultInjector
 from fastcoord.server.load_progress import LoadProgress
+from fastcoord.server.metrics import Metrics
 from fastcoord.server.parking import Parking
 from fastcoord.storage.lock import DataDirLocked
 from fastcoord.storage.log import LogCorruption
@@ -66,6 +74,8 @@ events_log = logging.getLogger("fastcoord.events")
 # arms their sessions in the same millisecond, and fired at once they had paused the server
 # for 180-440 ms.
 TIMERS_PER_STEP = 1000
+HEARTBEAT = int(ApiKey.HEARTBEAT)
+OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
 
 
 def now_ms() -> int:
@@ -78,9 +88,11 @@ class Server:
         self.max_connections = max_connections
         self.coordinator = Coordinator(config.group_config(), now_ms())
         self.broker = Broker(config, config.port)
+        # What waits for a time of its own: a Fetch's max_wait_ms, a request given latency
+        # by a fault, a fault rule's start or end (see later()).
         self.fetches = timing_wheel.TimingWheel(now_ms())
-        self._waiting_fetches: dict[int, tuple[Slot, Any]] = {}
-        self._next_fetch = 0
+        self._later: dict[int, Callable[[], object]] = {}
+        self._next_later = 0
         self.connections: set[Connection] = set()
         self.parking = Parking(self)  # idle connections' lone heartbeats, once it runs
         self.owed_bytes = 0  # answers all connections owe: bounded by queued.max.response.bytes
@@ -93,13 +105,19 @@ class Server:
         self._applying = 0
         self._applied = 0  # Results delivered so far, the one being delivered included
         self._to_write: list[Connection] = []
+        self.metrics = Metrics()
+        self.injector = FaultInjector(self)
+        self.faults = self.injector.faults
 
     now_ms = staticmethod(now_ms)
 
     def heartbeat_table(self) -> Any:
         """The member table when it may answer heartbeats alone (connections then answer a
-        run of them in one compiled call), else None."""
+        run of them in one compiled call), else None: also while a fault rule may apply to
+        heartbeats, which must then all come to dispatch()."""
         co = self.coordinator
+        if self.faults.live and self.faults.touches(HEARTBEAT):
+            return None
         return co.table if co.table_answers_heartbeats() else None
 
     # -- requests -------------------------------------------------------------------------
@@ -107,8 +125,18 @@ class Server:
     def dispatch(
         self, slot: Slot, header: RequestHeader, request: Request | OffsetCommitBatch
     ) -> None:
+        """A request read: the fault rules' first, if any is in force, else handle it."""
+        if self.faults.live and self.injector.intercept(slot, header, request):
+            return
+        self.handle(slot, header, request)
+
+    def handle(
+        self, slot: Slot, header: RequestHeader, request: Request | OffsetCommitBatch
+    ) -> None:
+        started = perf_counter_ns()
         t = now_ms()
         version = header.api_version
+        api = header.api_key
         if type(request) is OffsetCommitBatch:  # the most frequent after heartbeats
             self._coordinate(slot, header, request, t)
         elif isinstance(request, HeartbeatRequest):
@@ -136,13 +164,31 @@ class Server:
             self._fetch(slot, request, version, t)
         else:
             self._coordinate(slot, header, request, t)
+        metrics = self.metrics
+        if api != HEARTBEAT:  # the coordinator counts the heartbeats it answers
+            metrics.requests[api] += 1
+        metrics.handled(api, perf_counter_ns() - started)
 
     def commit_offsets(self, commits: list[tuple[Slot, OffsetCommitBatch]]) -> None:
-        """OffsetCommits read one after another: to the core in one Result."""
+        """OffsetCommits read one after another: the fault rules' first, if any is in
+        force, then to the core in one Result."""
+        if self.faults.live:
+            intercept = self.injector.intercept
+            commits = [(slot, batch) for slot, batch in commits if not intercept(slot, None, batch)]
+            if not commits:
+                return
+        self.commit_offsets_now(commits)
+
+    def commit_offsets_now(self, commits: list[tuple[Slot, OffsetCommitBatch]]) -> None:
+        started = perf_counter_ns()
         if log.isEnabledFor(logging.DEBUG):
             for slot, batch in commits:
                 log.debug("%s OffsetCommit v%d %r", slot.conn.peer, slot.version, batch.member_id)
         self.apply(self.coordinator.commit_offsets(commits, now_ms()))
+        self.metrics.requests[OFFSET_COMMIT] += len(commits)
+        self.metrics.handled(
+            OFFSET_COMMIT, (perf_counter_ns() - started) // len(commits), len(commits)
+        )
 
     def _coordinate(
         self, slot: Slot, header: RequestHeader, request: Request | OffsetCommitBatch, t: int
@@ -169,9 +215,13 @@ class Server:
         if request.max_wait_ms <= 0:
             slot.answer(response)
             return
-        self._next_fetch += 1
-        self._waiting_fetches[self._next_fetch] = (slot, response)
-        self.fetches.schedule(self._next_fetch, t + request.max_wait_ms)
+        self.later(t + request.max_wait_ms, partial(slot.answer, response))
+
+    def later(self, at_ms: int, fn: Callable[[], object]) -> None:
+        """Call fn at at_ms (or at shutdown, whichever comes first)."""
+        self._next_later += 1
+        self._later[self._next_later] = fn
+        self.fetches.schedule(self._next_later, at_ms)
         self._timers_changed.set()
 
     def apply(self, result: Result) -> None:
@@ -213,6 +263,7 @@ class Server:
             for event in result.events:
                 if debug or event.kind != "offsets_committed":
                     log_event(event)
+            self.metrics.events(result.events)
             if self.event_log is not None:
                 self.event_log.add(result.events)
         if result.append is not None:
@@ -293,8 +344,7 @@ class Server:
             # served between the parts.
             self.apply(self.coordinator.advance(t, TIMERS_PER_STEP))
             for key in self.fetches.advance(t):
-                slot, response = self._waiting_fetches.pop(key)
-                slot.answer(response)
+                self._later.pop(key)()
 
     # -- connections ----------------------------------------------------------------------
 
@@ -334,10 +384,11 @@ class Server:
             while appender is not None and appender.pending:
                 await trio.sleep(0.005)  # commits on their way to disk: answer them first
         self.apply(self.coordinator.shutdown(now_ms()))
-        for key, (slot, response) in self._waiting_fetches.items():
+        self.injector.clear()  # paused requests are handled (and refused by the core)
+        while self._later:  # Fetches get their empty answers, delayed requests theirs
+            key, fn = self._later.popitem()
             self.fetches.cancel(key)
-            slot.answer(response)
-        self._waiting_fetches.clear()
+            fn()
         self._no_connections = trio.Event()
         for connection in list(self.connections):
             connection.finish()
@@ -394,6 +445,11 @@ async def serve(config: ServerConfig, task_status: Any = trio.TASK_STATUS_IGNORE
         if not config.in_memory:
             startup.check_data_dir(data_dir)
         listeners = await startup.open_listeners(config.host, config.port)
+        admin_listeners = []
+        if config.admin_port != "off":
+            admin_listeners = await startup.open_listeners(
+                config.admin_host, config.admin_port, "--admin-host", "--admin-port"
+            )
         store = _store(config)
         created: list[Path] = []
         started = False
@@ -401,9 +457,11 @@ async def serve(config: ServerConfig, task_status: Any = trio.TASK_STATUS_IGNORE
             if not config.in_memory:
                 created = startup.create_data_dir(data_dir)
             store.open()  # DataDirLocked: another server has this data directory
-            started = await _serve(config, store, listeners, files, signals, task_status)
+            started = await _serve(
+                config, store, listeners, admin_listeners, files, signals, task_status
+            )
         finally:
-            for listener in listeners:
+            for listener in listeners + admin_listeners:
                 await listener.aclose()
             await trio.to_thread.run_sync(store.close)
             if not started:
@@ -434,6 +492,7 @@ async def _serve(
     config: ServerConfig,
     store: Store,
     listeners: list[trio.SocketListener],
+    admin_listeners: list[trio.SocketListener],
     files: startup.FileLimit,
     signals: Any,
     task_status: Any,
@@ -451,7 +510,19 @@ async def _serve(
             config.event_log_retention_ms,
         )
     store.start(trio.lowlevel.current_trio_token().run_sync_soon, server.appended)
+    admin = Admin(server)
+    if admin_listeners:
+        admin_port = admin_listeners[0].socket.getsockname()[1]
+        print(f"admin on {config.admin_host}:{admin_port}", flush=True)
+        log.info(
+            "admin port: http://%s:%d/metrics, /v1/groups, /v1/faults",
+            config.admin_host,
+            admin_port,
+        )
+    # Last: once this line is out, a test harness may use both ports.
     print(f"listening on {config.host}:{port}", flush=True)
+    for rule in config.fault:
+        server.injector.add(rule)
     if config.in_memory:
         log.info("in memory: nothing is kept (no data directory, no event log)")
     else:
@@ -477,6 +548,8 @@ async def _serve(
         nursery.start_soon(server.clock)
         nursery.start_soon(server.load)
         nursery.start_soon(collector.run)
+        if admin_listeners:
+            nursery.start_soon(admin_serve, admin, admin_listeners)
         if server.event_log is not None:
             nursery.start_soon(server.event_log.run)
         accepting = trio.CancelScope()

@@ -42,6 +42,7 @@ import logging
 import os
 import struct
 from collections import deque
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -82,6 +83,9 @@ class Slot:
         self.correlation_id = header.correlation_id if header else 0
 
     def answer(self, response: Response | OffsetCommitAnswer) -> None:
+        code = getattr(response, "error_code", 0)
+        if code and self.api_key != _HEARTBEAT:  # heartbeats are counted where answered
+            self.conn.server.metrics.error(self.api_key, code)
         if not self.conn.closed:  # a client that has gone costs no encoding
             self.conn.fill(
                 self, frames.encode_response(self.correlation_id, self.version, response)
@@ -229,6 +233,13 @@ class Connection:
     def close(self, reason: str) -> None:
         log.warning("closing connection from %s: %s", self.peer, reason)
         self.closed = True
+
+    def drop(self, reason: str) -> None:
+        """Close at once, from anywhere (a fault rule): what is owed is not sent."""
+        log.info("dropping connection from %s: %s", self.peer, reason)
+        self.closed = True
+        self._reading.cancel()
+        self._wake.set()
 
     # -- reading ------------------------------------------------------------------------
 
@@ -424,10 +435,14 @@ class Connection:
             return pos
         out = bytearray()
         trailing: list[tuple[int, int]] = []
+        started = perf_counter_ns()
         pos, answered = frames.hot.answer_heartbeats(
             buf, pos, max_size, table, self.server.now_ms(), out, trailing
         )
         if answered:
+            self.server.metrics.handled(
+                _HEARTBEAT, (perf_counter_ns() - started) // answered, answered
+            )
             self.fill(self._slot(None), bytes(out))
         for version, extra in trailing:
             self._ignored(HeartbeatRequest, version, extra)

@@ -158,13 +158,15 @@ def remove_if_empty(created: Sequence[Path], lock_name: str = ".lock") -> None:
 # -- the listener -----------------------------------------------------------------------
 
 
-async def open_listeners(host: str, port: int) -> list[trio.SocketListener]:
-    """Listen on host:port, or say in one line why not."""
+async def open_listeners(
+    host: str, port: int, host_flag: str = "--host", port_flag: str = "--port"
+) -> list[trio.SocketListener]:
+    """Listen on host:port, or say in one line why not (naming the flags to change)."""
     try:
         await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise StartupError(
-            f"host {host!r} does not resolve ({exc.strerror}); give --host a name or "
+            f"host {host!r} does not resolve ({exc.strerror}); give {host_flag} a name or "
             "address of this machine (127.0.0.1 for loopback)"
         ) from None
     try:
@@ -174,17 +176,17 @@ async def open_listeners(host: str, port: int) -> list[trio.SocketListener]:
             holder = port_holder(port)
             by = f" by {holder}" if holder else ""
             raise StartupError(
-                f"port {port} on {host} is in use{by}; stop it, or choose another --port "
+                f"port {port} on {host} is in use{by}; stop it, or choose another {port_flag} "
                 "(0 picks a free one)"
             ) from None
         if exc.errno == errno.EADDRNOTAVAIL:
             raise StartupError(
-                f"host {host!r} is not an address of this machine; give --host one that is "
+                f"host {host!r} is not an address of this machine; give {host_flag} one that is "
                 "(127.0.0.1 for loopback)"
             ) from None
         if exc.errno == errno.EACCES:
             raise StartupError(
-                f"port {port} needs privileges this user lacks; choose --port 1024 or above"
+                f"port {port} needs privileges this user lacks; choose {port_flag} 1024 or above"
             ) from None
         raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 

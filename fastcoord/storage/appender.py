@@ -35,6 +35,7 @@ from typing import Literal
 
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.storage.log import PartitionLog
+from fastcoord.timings import DISK_BUCKETS_S, Timings
 
 log = logging.getLogger("fastcoord.storage")
 
@@ -67,6 +68,9 @@ class Appender:
         self._failures = 0
         self._last_error_log = 0.0
         self.pending = 0  # tokens submitted and not yet reported
+        # Each write of a batch, and each sync: read by the metrics endpoint.
+        self.append_timings = Timings(DISK_BUCKETS_S)
+        self.fsync_timings = Timings(DISK_BUCKETS_S)
 
     def start(self) -> None:
         self._thread.start()
@@ -135,13 +139,17 @@ class Appender:
                 parts.append(data)
                 writes[partition] = (parts, records + count)
         try:
+            started = time.perf_counter_ns()
             for partition, (parts, records) in writes.items():
                 self.logs[partition].append(
                     parts[0] if len(parts) == 1 else b"".join(parts), records
                 )
+            written = time.perf_counter_ns()
+            self.append_timings.observe_ns(written - started)
             if self.policy != "never":
                 for partition in writes:
                     self.logs[partition].sync()
+                self.fsync_timings.observe_ns(time.perf_counter_ns() - written)
         except OSError as exc:
             self._failures += len(batch)
             now = time.monotonic()

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastcoord.core.coordinator import Coordinator
+from fastcoord.core.group import STATE_NUMBERS
 from fastcoord.core.state import COMPLETING_REBALANCE, EMPTY, STABLE
 from fastcoord.protocol.messages import JoinGroupResponse, SyncGroupResponse
 from tests.core.harness import FAST, Harness
@@ -66,6 +67,10 @@ def absorb_answers(h: Harness, clients: list[Client]) -> None:
 
 
 def check_invariants(co: Coordinator, generations: dict[str, int], assigned: set[bytes]) -> None:
+    # The member table's counts (the metrics') are the groups'.
+    states = co.table.group_states()
+    assert states == [sum(1 for g in co.groups.values() if g.is_(s)) for s in STATE_NUMBERS]
+    assert len(co.table) == sum(len(g.members) for g in co.groups.values())
     for group_id, group in co.groups.items():
         assert group.generation_id >= generations.get(group_id, 0), group_id
         generations[group_id] = group.generation_id

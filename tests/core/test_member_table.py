@@ -51,6 +51,8 @@ operations = st.lists(
         st.tuples(st.just("satisfied"), slots),
         st.tuples(st.just("unbind"), ids, ids),
         st.tuples(st.just("heartbeat_id"), ids, ids, st.integers(-1, 3), st.integers(0, 2**40)),
+        st.tuples(st.just("heartbeat_answers")),
+        st.tuples(st.just("group_states")),
     ),
     max_size=120,
 )
@@ -87,6 +89,26 @@ def test_heartbeat_answers() -> None:
         assert table.deadline(member) == 10_008
         table.set_group(group, module.STATE_EMPTY, 4)
         assert table.heartbeat(member, 4, 9) == module.FALLBACK
+
+
+def test_heartbeat_id_counts_its_answers_by_code() -> None:
+    for module in (compiled, twin):
+        table = module.MemberTable()
+        group = table.add_group(module.STATE_STABLE, 3)
+        member = table.add_member(group, 10_000, 60_000)
+        table.bind("g", "m", member)
+        assert table.heartbeat_id("g", "m", 3, 1) == module.NONE
+        assert table.heartbeat_id("g", "m", 3, 2) == module.NONE
+        assert table.heartbeat_id("g", "m", 2, 3) == module.ILLEGAL_GENERATION
+        assert table.heartbeat_id("g", "nobody", 3, 4) == module.FALLBACK  # not counted
+        assert table.heartbeat(member, 3, 5) == module.NONE  # by slot: not counted either
+        table.set_group(group, module.STATE_PREPARING_REBALANCE, 3)
+        assert table.heartbeat_id("g", "m", 3, 6) == module.REBALANCE_IN_PROGRESS
+        assert table.heartbeat_answers() == {
+            module.NONE: 2,
+            module.ILLEGAL_GENERATION: 1,
+            module.REBALANCE_IN_PROGRESS: 1,
+        }
 
 
 def test_slots_are_reused_and_the_table_grows() -> None:

@@ -8,9 +8,9 @@ import pickle
 import numpy as np
 
 from fastcoord.loadtest.histogram import Histogram
-from fastcoord.loadtest.stats import MAX_ERROR_ROWS, Recorder, Second, api_name, error_name
-from fastcoord.protocol.api_keys import ApiKey
-from fastcoord.protocol.errors import ErrorCode
+from fastcoord.loadtest.stats import MAX_ERROR_ROWS, Recorder, Second
+from fastcoord.protocol.api_keys import ApiKey, api_name
+from fastcoord.protocol.errors import ErrorCode, error_name
 
 WALL_MS = 1_763_700_000_000
 

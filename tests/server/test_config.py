@@ -136,6 +136,7 @@ def test_help_groups_every_setting_with_its_meaning_allowed_values_and_default()
         "offsets log settings",
         "limits settings",
         "logging settings",
+        "admin settings",
     ]
     for setting in config.SETTINGS:
         flag = "--topic" if setting.attr == "topics" else setting.flag

@@ -1,0 +1,144 @@
+"""A blocking client of `fastcoord serve --admin-port`: faults, groups, metrics.
+
+Tests set faults and read groups on a running server with it, `fastcoord loadtest --faults`
+applies its schedule with it, and scripts may do the same. It uses the standard library
+alone (http.client, one connection per request, every socket operation bounded by the
+timeout), so it works in any process without an event loop or a package to install.
+"""
+
+from __future__ import annotations
+
+import http.client
+import urllib.parse
+from typing import Any
+
+import msgspec
+
+__all__ = ["AdminClient", "AdminError", "parse_address"]
+
+# How much of an answer that is not the API's JSON is quoted in an error.
+QUOTED = 200
+
+
+class AdminError(Exception):
+    """The admin API refused a request (a non-2xx status), or answered what it should not;
+    `message` is the server's `error` text when it gave one."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """HOST:PORT (or [IPv6]:PORT) as (host, port); ValueError when it is neither."""
+    host, _, port = address.strip().rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{address!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+class AdminClient:
+    """The admin API at `address` ("HOST:PORT"). Transport failures (refused, timed out,
+    not HTTP) raise OSError; refusals by the server raise AdminError."""
+
+    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+        self.host, self.port = parse_address(address)
+        self.address = address
+        self.timeout_s = timeout_s
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        """One request as given; the status and the body, whatever they are."""
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read()
+        except http.client.HTTPException as exc:
+            # Callers catch OSError for "the server could not be asked"; a garbled answer
+            # is one more way of that.
+            raise ConnectionError(f"not an HTTP answer: {type(exc).__name__}: {exc}") from exc
+        finally:
+            connection.close()
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else msgspec.json.encode(body)
+        status, answer = self.request(method, path, data)
+        if not 200 <= status < 300:
+            raise AdminError(status, _error_text(answer))
+        try:
+            return msgspec.json.decode(answer)
+        except msgspec.DecodeError:
+            raise AdminError(status, f"an answer that is not JSON: {_quote(answer)}") from None
+
+    def _expect(self, value: Any, kind: type, what: str) -> Any:
+        if not isinstance(value, kind):
+            raise AdminError(200, f"expected {what}, got {_quote(msgspec.json.encode(value))}")
+        return value
+
+    def add_fault(self, rule: dict[str, Any]) -> dict[str, Any]:
+        """POST /v1/faults: the fault's view (id, rule, description, state, injected, ...)."""
+        view: dict[str, Any] = self._expect(self._call("POST", "/v1/faults", rule), dict, "a fault")
+        return view
+
+    def faults(self) -> list[dict[str, Any]]:
+        """GET /v1/faults: every fault's view, the ones added by others too."""
+        views: list[dict[str, Any]] = self._expect(
+            self._call("GET", "/v1/faults"), list, "a list of faults"
+        )
+        return views
+
+    def delete_fault(self, fault_id: int) -> dict[str, Any]:
+        """DELETE /v1/faults/ID: the fault's last view; AdminError 404 if there is none."""
+        view: dict[str, Any] = self._expect(
+            self._call("DELETE", f"/v1/faults/{int(fault_id)}"), dict, "a fault"
+        )
+        return view
+
+    def clear_faults(self) -> int:
+        """DELETE /v1/faults: how many faults were deleted."""
+        answer = self._expect(self._call("DELETE", "/v1/faults"), dict, '{"deleted": N}')
+        deleted = answer.get("deleted")
+        if not isinstance(deleted, int):
+            raise AdminError(200, f'expected {{"deleted": N}}, got {answer!r}')
+        return deleted
+
+    def groups(self) -> list[dict[str, Any]]:
+        """GET /v1/groups: every group, without its members."""
+        groups: list[dict[str, Any]] = self._expect(
+            self._call("GET", "/v1/groups"), list, "a list of groups"
+        )
+        return groups
+
+    def group(self, group_id: str) -> dict[str, Any]:
+        """GET /v1/groups/ID: one group with its members; AdminError 404 if unknown."""
+        path = "/v1/groups/" + urllib.parse.quote(group_id, safe="")
+        group: dict[str, Any] = self._expect(self._call("GET", path), dict, "a group")
+        return group
+
+    def metrics_text(self) -> str:
+        """GET /metrics: the Prometheus text."""
+        status, answer = self.request("GET", "/metrics")
+        if not 200 <= status < 300:
+            raise AdminError(status, _error_text(answer))
+        return answer.decode("utf-8", "replace")
+
+
+def _quote(data: bytes) -> str:
+    text = data.decode("utf-8", "replace")
+    return repr(text if len(text) <= QUOTED else text[:QUOTED] + "...")
+
+
+def _error_text(answer: bytes) -> str:
+    """The server's `error` text, or what it said instead."""
+    try:
+        decoded = msgspec.json.decode(answer)
+    except msgspec.DecodeError:
+        decoded = None
+    if isinstance(decoded, dict) and isinstance(decoded.get("error"), str):
+        return str(decoded["error"])
+    return _quote(answer) if answer else "no reason given"

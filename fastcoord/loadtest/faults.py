@@ -1,0 +1,405 @@
+"""`fastcoord loadtest --faults FILE --admin HOST:PORT`: faults on a schedule, and their effect.
+
+A schedule is TOML: `[[fault]]` tables, each a fault rule (fastcoord/faults.py) and the
+`at_ms` after the run's start when the rule is added through the server's admin API. The
+whole schedule is checked before the run starts, so that a typo costs seconds rather than a
+run. During the run a thread adds each rule when it is due: the parent's loop must keep
+reading the workers' pipes, and a slow admin port must not stall them. At the end each
+fault's injected count and state are read, the faults this run added (and no others) are
+deleted, and each fault's window is set against the rest of the run: the workers'
+per-second figures for the APIs it touches, inside the window beside outside every window.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import tomllib
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from fastcoord.client.admin import AdminClient, AdminError
+from fastcoord.faults import FaultError, FaultRule, compile_rule, parse_api, parse_rule
+from fastcoord.loadtest.histogram import Histogram
+from fastcoord.loadtest.stats import ApiSecond, Second
+from fastcoord.loadtest.summary import ms
+from fastcoord.protocol.api_keys import api_name
+from fastcoord.protocol.errors import error_name
+
+ADMIN_TIMEOUT_S = 5.0  # each admin request; the schedule thread and the end wait no longer
+MAX_FAULTS = 1000  # a schedule's rules: each is a request during the run
+
+
+class ScheduleError(Exception):
+    """The schedule or the admin port cannot be used: the run does not start. The message
+    is one line that says why."""
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """One `[[fault]]` table: a rule, and when the run adds it."""
+
+    at_ms: int
+    rule: FaultRule
+
+    def rule_json(self) -> dict[str, Any]:
+        """The rule as the admin API takes it (defaults left out)."""
+        body: dict[str, Any] = msgspec.to_builtins(self.rule)
+        return body
+
+    def description(self) -> str:
+        """The rule in a line, as the server describes it, without the id it has not got."""
+        text = compile_rule(self.rule, 0, 0).describe()
+        return text.removeprefix("#0 ")
+
+    def api_key(self) -> int | None:
+        """The API it touches; None: every API."""
+        return parse_api(self.rule.api)
+
+
+def parse_schedule(text: str, source: str = "--faults") -> list[Scheduled]:
+    """The schedule in TOML `text`, in the order of at_ms; ScheduleError naming `source`
+    and the table at fault."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScheduleError(f"{source}: not TOML: {exc}") from None
+    unknown = sorted(set(document) - {"fault"})
+    if unknown:
+        raise ScheduleError(f"{source}: unknown key {unknown[0]!r}; a schedule is [[fault]] tables")
+    tables = document.get("fault")
+    if not isinstance(tables, list) or not tables:
+        raise ScheduleError(f"{source}: no [[fault]] tables")
+    if len(tables) > MAX_FAULTS:
+        raise ScheduleError(f"{source}: {len(tables)} faults; at most {MAX_FAULTS}")
+    schedule = []
+    for n, table in enumerate(tables, 1):
+        where = f"{source}: fault {n}"
+        if not isinstance(table, dict):
+            raise ScheduleError(f"{where}: expected a [[fault]] table")
+        fields = dict(table)
+        at_ms = fields.pop("at_ms", None)
+        if at_ms is None:
+            raise ScheduleError(f"{where}: at_ms missing (when to add it, ms after the start)")
+        if isinstance(at_ms, bool) or not isinstance(at_ms, int) or at_ms < 0:
+            raise ScheduleError(f"{where}: at_ms: a whole number of ms, at least 0, not {at_ms!r}")
+        try:
+            rule = parse_rule(fields)
+        except FaultError as exc:
+            raise ScheduleError(f"{where}: {exc}") from None
+        schedule.append(Scheduled(at_ms, rule))
+    return sorted(schedule, key=lambda s: s.at_ms)
+
+
+def load_schedule(path: Path, duration_s: float | None = None) -> list[Scheduled]:
+    """The schedule in the file at `path`; a fault due after a run of `duration_s` is
+    refused, as it would never be added."""
+    source = f"--faults {path}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ScheduleError(f"{source}: cannot read it: {reason}") from None
+    schedule = parse_schedule(text, source)
+    if duration_s is not None:
+        for s in schedule:
+            if s.at_ms >= duration_s * 1000:
+                raise ScheduleError(
+                    f"{source}: a fault at_ms {s.at_ms} is not within the run "
+                    f"(--duration {duration_s:g} s)"
+                )
+    return schedule
+
+
+def prepare(
+    path: Path | None, admin: str | None, duration_s: float, timeout_s: float = ADMIN_TIMEOUT_S
+) -> FaultRun | None:
+    """The run's faults, checked: the schedule read and the admin port asked once. None
+    without --faults; ScheduleError when the run must not start."""
+    if path is None:
+        return None
+    if admin is None:
+        raise ScheduleError(
+            "--faults needs --admin HOST:PORT, the server's admin port (fastcoord serve "
+            "--admin-port)"
+        )
+    schedule = load_schedule(path, duration_s)
+    try:
+        client = AdminClient(admin, timeout_s)
+    except ValueError:
+        raise ScheduleError(f"--admin {admin!r}: expected HOST:PORT") from None
+    try:
+        client.faults()
+    except AdminError as exc:
+        raise ScheduleError(
+            f"the admin port {admin} answered GET /v1/faults with {exc.status} ({exc.message}): "
+            "is --admin the address of fastcoord serve --admin-port?"
+        ) from None
+    except OSError as exc:
+        raise ScheduleError(
+            f"cannot reach the admin port {admin} ({_reason(exc)}): is the server running "
+            "with --admin-port, and is --admin its address?"
+        ) from None
+    return FaultRun(schedule, client)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, AdminError):
+        return f"{exc.status}: {exc.message}"
+    if isinstance(exc, TimeoutError):
+        return "no answer within the timeout"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__
+
+
+@dataclass
+class Applied:
+    """What became of one scheduled fault. Times are ms since the run's start."""
+
+    scheduled: Scheduled
+    fault_id: int | None = None
+    description: str | None = None
+    applied_ms: int | None = None  # our clock's estimate of when the server added it
+    apply_error: str | None = None  # why it was not added
+    injected: int | None = None
+    state: str | None = None
+    end_error: str | None = None  # what went wrong reading or deleting it at the end
+
+
+class PerSecond:
+    """The workers' seconds, kept per second and API as they came (sparse histograms and
+    error counts), for figures over any set of seconds once the run is over."""
+
+    def __init__(self) -> None:
+        self._seconds: defaultdict[int, defaultdict[int, list[ApiSecond]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+
+    def add(self, second: Second) -> None:
+        apis = self._seconds[second.elapsed_s]
+        for api in second.apis:
+            apis[api.api_key].append(api)
+
+    @property
+    def last_s(self) -> int:
+        """The run's newest second (0: none yet)."""
+        return max(self._seconds, default=0)
+
+    def api_keys(self) -> list[int]:
+        return sorted({k for apis in self._seconds.values() for k in apis})
+
+    def figures(self, api_key: int, seconds: Iterable[int]) -> dict[str, Any]:
+        """One API over `seconds` (elapsed_s values): requests, errors by name, p50/p99."""
+        parts: list[ApiSecond] = []
+        n = 0
+        for s in seconds:
+            n += 1
+            apis = self._seconds.get(s)
+            if apis is not None:
+                parts += apis.get(api_key, ())
+        h = Histogram()
+        if parts:
+            # One scatter for the whole range: a long run's figures take a moment, not
+            # a histogram per worker per second.
+            h = Histogram.from_sparse(
+                np.concatenate([p.buckets for p in parts]),
+                np.concatenate([p.counts for p in parts]),
+                sum(p.sum_ns for p in parts),
+                max(p.max_ns for p in parts),
+            )
+        errors: defaultdict[int, int] = defaultdict(int)
+        for p in parts:
+            for code, count in p.errors.items():
+                errors[code] += count
+        return {
+            "seconds": n,
+            "requests": h.count,
+            "requests_per_s": h.count / n if n else None,
+            "errors": {error_name(c): count for c, count in sorted(errors.items())},
+            "p50_ms": ms(h.percentile_ms(50)),
+            "p99_ms": ms(h.percentile_ms(99)),
+        }
+
+
+def window_ms(applied: Applied, run_end_ms: int) -> tuple[int, int] | None:
+    """When a fault was in force, ms since the run's start: from its adding plus
+    start_after_ms, for duration_ms or to the run's end. None: it was never added."""
+    if applied.applied_ms is None:
+        return None
+    rule = applied.scheduled.rule
+    start = applied.applied_ms + rule.start_after_ms
+    end = run_end_ms if rule.duration_ms is None else min(start + rule.duration_ms, run_end_ms)
+    return start, max(start, end)
+
+
+def seconds_of(start_ms: int, end_ms: int, last_s: int) -> range:
+    """The run's seconds inside [start_ms, end_ms): second s covers [(s - 1) * 1000,
+    s * 1000) ms after the start, and is inside when its middle is, so that a second the
+    window barely touches does not dilute its figures; a window that holds no second's
+    middle has the seconds it touches."""
+    if end_ms <= start_ms:
+        return range(0)
+    first = max(1, -(-(start_ms + 500) // 1000))
+    last = min(last_s, -(-(end_ms + 500) // 1000) - 1)
+    if first > last:
+        return touched(start_ms, end_ms, last_s)
+    return range(first, last + 1)
+
+
+def touched(start_ms: int, end_ms: int, last_s: int) -> range:
+    """The run's seconds that overlap [start_ms, end_ms) at all."""
+    if end_ms <= start_ms:
+        return range(0)
+    return range(max(1, start_ms // 1000 + 1), min(last_s, -(-end_ms // 1000)) + 1)
+
+
+def effects(applied: list[Applied], per_second: PerSecond) -> list[dict[str, Any]]:
+    """summary.json's `faults`: each scheduled fault, what became of it, and its effect."""
+    last_s = per_second.last_s
+    run_end_ms = last_s * 1000
+    windows = [window_ms(a, run_end_ms) for a in applied]
+    # Outside means untouched by every window: no fault's edge leaks into the baseline.
+    touched_s = {s for w in windows if w is not None for s in touched(w[0], w[1], last_s)}
+    outside = [s for s in range(1, last_s + 1) if s not in touched_s]
+    seen = per_second.api_keys()
+    baseline: dict[int, dict[str, Any]] = {}  # each API's figures outside, computed once
+    section = []
+    for a, window in zip(applied, windows, strict=True):
+        s = a.scheduled
+        entry: dict[str, Any] = {
+            "at_ms": s.at_ms,
+            "rule": s.rule_json(),
+            "description": a.description or s.description(),
+            "id": a.fault_id,
+            "applied_ms": a.applied_ms,
+            "apply_error": a.apply_error,
+            "injected": a.injected,
+            "state": a.state,
+            "end_error": a.end_error,
+            "window": None,
+            "effect": None,
+        }
+        if window is not None:
+            seconds = seconds_of(window[0], window[1], last_s)
+            entry["window"] = {
+                "start_ms": window[0],
+                "end_ms": window[1],
+                "first_s": seconds[0] if seconds else None,
+                "last_s": seconds[-1] if seconds else None,
+            }
+            api_key = s.api_key()
+            keys = seen if api_key is None else [api_key]
+            for k in keys:
+                if k not in baseline:
+                    baseline[k] = per_second.figures(k, outside)
+            entry["effect"] = {
+                api_name(k): {"window": per_second.figures(k, seconds), "outside": baseline[k]}
+                for k in keys
+            }
+        section.append(entry)
+    return section
+
+
+class FaultRun:
+    """A run's faults: `start` when the run starts, `record` each worker second, `stop`
+    when the workers are done, then `finish` for the summary's section."""
+
+    def __init__(self, schedule: list[Scheduled], client: AdminClient) -> None:
+        self.client = client
+        self.applied = [Applied(s) for s in schedule]
+        self.per_second = PerSecond()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = 0.0
+
+    def start(self, started: float) -> None:
+        """Add each fault at `started` (time.time()) plus its at_ms, from a thread."""
+        self._started = started
+        self._thread = threading.Thread(target=self._apply_all, name="loadtest-faults", daemon=True)
+        self._thread.start()
+
+    def record(self, second: Second) -> None:
+        self.per_second.add(second)
+
+    def _apply_all(self) -> None:
+        for a in self.applied:
+            due = self._started + a.scheduled.at_ms / 1000
+            if self._stop.wait(max(0.0, due - time.time())):
+                return
+            self._apply(a)
+
+    def _apply(self, a: Applied) -> None:
+        sent = time.time()
+        try:
+            view = self.client.add_fault(a.scheduled.rule_json())
+            fault_id = view.get("id")
+            if not isinstance(fault_id, int):
+                raise AdminError(201, f"an answer without the fault's id: {view!r}")
+        except Exception as exc:  # whatever it was, the run goes on and the summary says so
+            with self._lock:
+                a.apply_error = f"not added: {_reason(exc)}"
+            return
+        answered = time.time()
+        description = view.get("description")
+        if isinstance(description, str):
+            description = description.removeprefix(f"#{fault_id} ")  # the id has its key
+        with self._lock:
+            a.fault_id = fault_id
+            # The server added it between our request and its answer: the middle is our
+            # clock's best estimate, and the windows are set against our seconds.
+            a.applied_ms = round(((sent + answered) / 2 - self._started) * 1000)
+            a.description = description if isinstance(description, str) else None
+
+    def stop(self) -> None:
+        """No more faults are added (a request under way is waited for, up to its timeout)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.client.timeout_s * 2 + 1)
+        with self._lock:
+            for a in self.applied:
+                if a.fault_id is None and a.apply_error is None:
+                    a.apply_error = "not added: the run ended first"
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Read the faults' counts, delete the ones this run added, and the summary's
+        section. Never raises for the server's sake: what failed is in the section."""
+        self.stop()
+        with self._lock:
+            ours = [a for a in self.applied if a.fault_id is not None]
+        reachable = True
+        try:
+            views = {v.get("id"): v for v in self.client.faults() if isinstance(v, dict)}
+        except Exception as exc:  # a server that died ended the run: say so, and go on
+            reachable = not isinstance(exc, OSError)
+            views = {}
+            for a in ours:
+                a.end_error = f"could not read its count: {_reason(exc)}"
+        for a in ours:
+            view = views.get(a.fault_id)
+            if view is not None:
+                injected, state = view.get("injected"), view.get("state")
+                a.injected = injected if isinstance(injected, int) else None
+                a.state = state if isinstance(state, str) else None
+            elif reachable and a.end_error is None:
+                a.end_error = "gone from the server before the run's end"
+                continue
+            if not reachable:
+                continue
+            assert a.fault_id is not None
+            try:
+                self.client.delete_fault(a.fault_id)
+            except AdminError as exc:
+                if exc.status != 404:  # deleted by someone else meanwhile: nothing to do
+                    a.end_error = f"could not delete it: {_reason(exc)}"
+            except Exception as exc:
+                a.end_error = f"could not delete it: {_reason(exc)}"
+                reachable = not isinstance(exc, OSError)  # the rest would fail the same way
+        return effects(self.applied, self.per_second)

@@ -1,0 +1,180 @@
+"""Fault rules carried out on live requests: errors, latency, dropped connections, pauses.
+
+Every request on the server's Python path passes `intercept` first; with no rule in force
+that is one attribute check. While a rule may apply to heartbeats, the member table stops
+answering them on its own (Server.heartbeat_table), so that every heartbeat comes here.
+
+A request that meets a rule keeps its place in its connection's answer order (its slot),
+whatever the action: an error fills the slot at once; latency and a pause hand the request
+to the server later, to be handled as if it had just arrived, and unseen by the rules
+again; a dropped connection takes its unanswered slots with it, as a broker that went away
+would. A pause holds its requests until its time is up or it is deleted: none is lost,
+and all are handled then, in the order they came.
+
+Each injection is counted (fastcoord_faults_injected_total), written to the event log, and
+logged at most once a second per rule, with how many it met since the last line.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Iterator
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from fastcoord.core.result import Event
+from fastcoord.faults import Fault, FaultRule, FaultSet
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.commit_batch import OffsetCommitBatch
+from fastcoord.protocol.error_responses import error_response
+from fastcoord.protocol.headers import RequestHeader
+
+if TYPE_CHECKING:
+    from fastcoord.server.app import Server
+    from fastcoord.server.connection import Served, Slot
+
+log = logging.getLogger("fastcoord.faults")
+
+LOG_EVERY_MS = 1000
+HEARTBEAT = int(ApiKey.HEARTBEAT)
+
+
+def groups_of(request: Any) -> Iterator[str]:
+    """The group ids a request names (none for Metadata, say)."""
+    group_id = getattr(request, "group_id", "")
+    if group_id:
+        yield group_id
+    for group in getattr(request, "groups", ()):
+        yield group if isinstance(group, str) else group.group_id
+    yield from getattr(request, "groups_names", ())
+    if getattr(request, "key_type", -1) == 0 and getattr(request, "key", ""):
+        yield request.key
+    yield from getattr(request, "coordinator_keys", ())
+
+
+class FaultInjector:
+    def __init__(self, server: Server, seed: int | None = None) -> None:
+        self.server = server
+        self.faults = FaultSet()
+        self._random = random.Random(seed)
+        self._logged: dict[int, tuple[int, int]] = {}  # fault id -> (last line at, met since)
+
+    # -- the rules ----------------------------------------------------------------------
+
+    def add(self, rule: FaultRule) -> Fault:
+        now = self.server.now_ms()
+        fault = self.faults.add(rule, now)
+        log.warning("fault rule added: %s", self._span(fault))
+        self._watch(now)
+        return fault
+
+    def remove(self, fault_id: int) -> Fault | None:
+        fault = self.faults.remove(fault_id, self.server.now_ms())
+        if fault is not None:
+            self._ended(fault, "deleted")
+        return fault
+
+    def clear(self) -> list[Fault]:
+        faults = self.faults.clear(self.server.now_ms())
+        for fault in faults:
+            self._ended(fault, "deleted")
+        return faults
+
+    def _span(self, fault: Fault) -> str:
+        rule = fault.rule
+        parts = [fault.describe()]
+        if rule.start_after_ms:
+            parts.append(f"from {rule.start_after_ms} ms")
+        if rule.duration_ms is not None:
+            parts.append(f"for {rule.duration_ms} ms")
+        if rule.count is not None:
+            parts.append(f"at most {rule.count} times")
+        return ", ".join(parts)
+
+    def _watch(self, now: int) -> None:
+        """Be woken when a rule next starts or ends."""
+        at = self.faults.next_change_ms(now)
+        if at is not None:
+            self.server.later(at, self._changed)
+
+    def _changed(self) -> None:
+        now = self.server.now_ms()
+        self.faults.refresh(now)
+        for fault in self.faults:
+            if fault.ends_ms is not None and fault.ends_ms <= now and fault.id in self._logged:
+                self._ended(fault, "its time is up")
+        for fault in self.faults.ended(now):
+            self._release(fault)
+        self._watch(now)
+
+    def _ended(self, fault: Fault, why: str) -> None:
+        self._release(fault)
+        self._logged.pop(fault.id, None)
+        log.warning("fault rule #%d ended (%s): %d requests met it", fault.id, why, fault.injected)
+
+    def _release(self, fault: Fault) -> None:
+        held, fault.held = fault.held, []
+        if held:
+            log.warning("fault #%d: the pause is over, handling %d requests", fault.id, len(held))
+        for slot, header, request in held:
+            self._handle(slot, header, request)
+
+    # -- requests -----------------------------------------------------------------------
+
+    def intercept(self, slot: Slot, header: RequestHeader | None, request: Served) -> bool:
+        """Carry out the rule this request meets; False when it meets none (handle it)."""
+        now = self.server.now_ms()
+        api = slot.api_key
+        fault = self.faults.match(api, groups_of(request), now, self._random.random)
+        if fault is None:
+            return False
+        self._count(fault, api, request, now)
+        kind = fault.kind
+        if kind == "error":
+            metrics = self.server.metrics
+            metrics.requests[api] += 1  # delayed and paused requests count when handled
+            if api == HEARTBEAT:  # other APIs' answers are counted as they are filled
+                metrics.error(api, fault.error)
+            slot.answer(error_response(request, slot.version, fault.error))
+        elif kind == "latency":
+            delay = math.ceil(fault.latency_draw(self._random.gauss))
+            self.server.later(now + delay, partial(self._handle, slot, header, request))
+        elif kind == "pause":
+            fault.held.append((slot, header, request))
+        else:
+            slot.conn.drop(f"fault #{fault.id}: drop_connection")
+        return True
+
+    def _handle(self, slot: Slot, header: RequestHeader | None, request: Served) -> None:
+        if slot.conn.closed:
+            return  # the client went meanwhile: nobody to answer
+        if header is None:
+            assert isinstance(request, OffsetCommitBatch)
+            self.server.commit_offsets_now([(slot, request)])
+        else:
+            self.server.handle(slot, header, request)
+
+    def _count(self, fault: Fault, api: int, request: Served, now: int) -> None:
+        server = self.server
+        server.metrics.fault(api, fault.kind)
+        if server.event_log is not None:
+            server.event_log.add(
+                [
+                    Event(
+                        at_ms=now,
+                        kind="fault_injected",
+                        group_id=next(groups_of(request), ""),
+                        member_id=getattr(request, "member_id", None),
+                        reason=fault.describe(),
+                    )
+                ]
+            )
+        last, met = self._logged.get(fault.id, (-LOG_EVERY_MS, 0))
+        met += 1
+        if now - last >= LOG_EVERY_MS:
+            log.warning("fault %s: met by %d requests since the last line", fault.describe(), met)
+            self._logged[fault.id] = (now, 0)
+        else:
+            self._logged[fault.id] = (last, met)
