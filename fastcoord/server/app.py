@@ -4,8 +4,10 @@ One Trio thread owns the core. Connections hand decoded requests to `dispatch`; 
 Results come back as responses (to whichever connections wait for them), records (to the
 offsets store, whose appender thread reports when they are durable; only then does the
 core acknowledge them), timer changes and events (to the event log). A clock task sleeps
-until the earliest timer (the core's, or a Fetch waiting out its max_wait_ms) and advances
-time.
+until the earliest timer (the core's, a Fetch waiting out its max_wait_ms, a request a
+fault rule delays) and advances time. Fault rules (fault_injection.py) see each request
+before it is handled; the admin port (admin.py), when on, serves metrics, the groups and
+the rules from the same loop.
 
 Start-up: the data directory is locked, the server listens at once, and each coordinator
 partition is loaded from its log by a background task; until a partition is loaded, its
@@ -90,7 +92,7 @@ class Server:
         self.broker = Broker(config, config.port)
         # What waits for a time of its own: a Fetch's max_wait_ms, a request given latency
         # by a fault, a fault rule's start or end (see later()).
-        self.fetches = timing_wheel.TimingWheel(now_ms())
+        self.later_wheel = timing_wheel.TimingWheel(now_ms())
         self._later: dict[int, Callable[[], object]] = {}
         self._next_later = 0
         self.connections: set[Connection] = set()
@@ -221,7 +223,7 @@ class Server:
         """Call fn at at_ms (or at shutdown, whichever comes first)."""
         self._next_later += 1
         self._later[self._next_later] = fn
-        self.fetches.schedule(self._next_later, at_ms)
+        self.later_wheel.schedule(self._next_later, at_ms)
         self._timers_changed.set()
 
     def apply(self, result: Result) -> None:
@@ -329,7 +331,7 @@ class Server:
         while True:
             deadlines = [
                 d
-                for d in (self.coordinator.next_deadline(), self.fetches.next_deadline())
+                for d in (self.coordinator.next_deadline(), self.later_wheel.next_deadline())
                 if d is not None
             ]
             self._timers_changed = trio.Event()
@@ -343,7 +345,7 @@ class Server:
             # A part at a time: the rest stay due (next_deadline is now), and requests are
             # served between the parts.
             self.apply(self.coordinator.advance(t, TIMERS_PER_STEP))
-            for key in self.fetches.advance(t):
+            for key in self.later_wheel.advance(t):
                 self._later.pop(key)()
 
     # -- connections ----------------------------------------------------------------------
@@ -387,7 +389,7 @@ class Server:
         self.injector.clear()  # paused requests are handled (and refused by the core)
         while self._later:  # Fetches get their empty answers, delayed requests theirs
             key, fn = self._later.popitem()
-            self.fetches.cancel(key)
+            self.later_wheel.cancel(key)
             fn()
         self._no_connections = trio.Event()
         for connection in list(self.connections):
