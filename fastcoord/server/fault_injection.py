@@ -71,15 +71,20 @@ class FaultInjector:
         return fault
 
     def remove(self, fault_id: int) -> Fault | None:
-        fault = self.faults.remove(fault_id, self.server.now_ms())
+        now = self.server.now_ms()
+        fault = self.faults.get(fault_id)
+        over = fault is not None and fault.state(now) == "ended"
+        self.faults.remove(fault_id, now)
         if fault is not None:
-            self._ended(fault, "deleted")
+            self._ended(fault, "deleted", quiet=over)
         return fault
 
     def clear(self) -> list[Fault]:
-        faults = self.faults.clear(self.server.now_ms())
+        now = self.server.now_ms()
+        over = {f.id for f in self.faults if f.state(now) == "ended"}
+        faults = self.faults.clear(now)
         for fault in faults:
-            self._ended(fault, "deleted")
+            self._ended(fault, "deleted", quiet=fault.id in over)
         return faults
 
     def _span(self, fault: Fault) -> str:
@@ -109,10 +114,15 @@ class FaultInjector:
             self._release(fault)
         self._watch(now)
 
-    def _ended(self, fault: Fault, why: str) -> None:
+    def _ended(self, fault: Fault, why: str, quiet: bool = False) -> None:
+        """The rule is over: release what it holds, and say so unless it was over already
+        (a rule deleted after its time was up, or at shutdown)."""
         self._release(fault)
         self._logged.pop(fault.id, None)
-        log.warning("fault rule #%d ended (%s): %d requests met it", fault.id, why, fault.injected)
+        if not quiet:
+            log.warning(
+                "fault rule #%d ended (%s): %d requests met it", fault.id, why, fault.injected
+            )
 
     def _release(self, fault: Fault) -> None:
         held, fault.held = fault.held, []
@@ -132,6 +142,8 @@ class FaultInjector:
             return False
         self._count(fault, api, request, now)
         kind = fault.kind
+        if kind != "pause" and fault.spent():
+            self._ended(fault, "its count is reached")
         if kind == "error":
             metrics = self.server.metrics
             metrics.requests[api] += 1  # delayed and paused requests count when handled
