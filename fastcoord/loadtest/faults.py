@@ -32,7 +32,9 @@ from fastcoord.loadtest.summary import ms
 from fastcoord.protocol.api_keys import api_name
 from fastcoord.protocol.errors import error_name
 
-ADMIN_TIMEOUT_S = 5.0  # each admin request; the schedule thread and the end wait no longer
+ADMIN_TIMEOUT_S = 5.0  # each admin request of the checks and the schedule thread
+# The end's requests: a server whose 100k members are leaving took longer than 5 s to answer.
+END_TIMEOUT_S = 30.0
 MAX_FAULTS = 1000  # a schedule's rules: each is a request during the run
 
 
@@ -374,9 +376,10 @@ class FaultRun:
         self.stop()
         with self._lock:
             ours = [a for a in self.applied if a.fault_id is not None]
+        client = AdminClient(self.client.address, max(self.client.timeout_s, END_TIMEOUT_S))
         reachable = True
         try:
-            views = {v.get("id"): v for v in self.client.faults() if isinstance(v, dict)}
+            views = {v.get("id"): v for v in client.faults() if isinstance(v, dict)}
         except Exception as exc:  # a server that died ended the run: say so, and go on
             reachable = not isinstance(exc, OSError)
             views = {}
@@ -395,7 +398,7 @@ class FaultRun:
                 continue
             assert a.fault_id is not None
             try:
-                self.client.delete_fault(a.fault_id)
+                client.delete_fault(a.fault_id)
             except AdminError as exc:
                 if exc.status != 404:  # deleted by someone else meanwhile: nothing to do
                     a.end_error = f"could not delete it: {_reason(exc)}"
