@@ -252,6 +252,9 @@ cdef object read_field(NField f, Cursor* c):
             out.append(read_field(f.item, c))
         return out
     if op == OP_STRUCT:
+        # A nullable struct has an int8 before it: -1 for null, 1 for a struct that follows.
+        if f.nullable and <int8_t>take(c, 1)[0] < 0:
+            return None
         return read_struct(f.struct_, c)
     if op == OP_BYTES or op == OP_NULLABLE_BYTES:
         n = read_i32(c)
@@ -461,6 +464,10 @@ cdef int write_field(NField f, object v, Buf* b) except -1:
             write_field(f.item, item, b)
         return 0
     if op == OP_STRUCT:
+        if f.nullable:
+            if v is None:
+                return put_be(b, 0xFF, 1)
+            put_be(b, 1, 1)
         return write_struct(f.struct_, v, b)
     if op == OP_INT8:
         return put_be(b, <uint64_t><uint8_t><int8_t>as_int(v, -0x80, 0x7F), 1)

@@ -46,6 +46,8 @@ def _metavar(setting: Any) -> str:
         return "{" + ",".join(typing.get_args(base)) + "}"
     if base is bool:
         return "BOOL"
+    if typing.get_origin(base) is list:
+        return "NAME,..."
     if setting.doc.unit in ("ms", "bytes", "minutes"):
         return str(setting.doc.unit.upper())
     named = {"topics": "NAME:PARTITIONS", "data_dir": "DIR", "host": "HOST"}

@@ -127,6 +127,42 @@ class ServerConfig(
         _int(1, 10_000),
         Doc(GROUPS, "coordinator partitions: a group's is abs(hashCode(group id)) % this"),
     ] = _GROUP.offsets_topic_num_partitions
+    # -- consumer groups (the consumer group protocol, KIP-848)
+    group_consumer_heartbeat_interval_ms: Annotated[
+        int, _int(1), Doc(GROUPS, "consumer group protocol: how often members heartbeat", "ms")
+    ] = _GROUP.group_consumer_heartbeat_interval_ms
+    group_consumer_min_heartbeat_interval_ms: Annotated[
+        int, _int(1), Doc(GROUPS, "consumer group protocol: shortest heartbeat interval", "ms")
+    ] = _GROUP.group_consumer_min_heartbeat_interval_ms
+    group_consumer_max_heartbeat_interval_ms: Annotated[
+        int, _int(1), Doc(GROUPS, "consumer group protocol: longest heartbeat interval", "ms")
+    ] = _GROUP.group_consumer_max_heartbeat_interval_ms
+    group_consumer_session_timeout_ms: Annotated[
+        int,
+        _int(1),
+        Doc(GROUPS, "consumer group protocol: a silent member is fenced after", "ms"),
+    ] = _GROUP.group_consumer_session_timeout_ms
+    group_consumer_min_session_timeout_ms: Annotated[
+        int, _int(1), Doc(GROUPS, "consumer group protocol: shortest session timeout", "ms")
+    ] = _GROUP.group_consumer_min_session_timeout_ms
+    group_consumer_max_session_timeout_ms: Annotated[
+        int, _int(1), Doc(GROUPS, "consumer group protocol: longest session timeout", "ms")
+    ] = _GROUP.group_consumer_max_session_timeout_ms
+    group_consumer_max_size: Annotated[
+        int,
+        _int(1),
+        Doc(GROUPS, "consumer group protocol: members per group", words=UNBOUNDED),
+    ] = _GROUP.group_consumer_max_size
+    group_consumer_assignors: Annotated[
+        list[Literal["uniform", "range"]],
+        Doc(
+            GROUPS,
+            "consumer group protocol: server-side assignors a member may name, the first "
+            "the default",
+        ),
+    ] = msgspec.field(
+        default_factory=lambda: typing.cast(Any, list(_GROUP.group_consumer_assignors))
+    )
     # -- the offsets log (storage)
     data_dir: Annotated[
         str, Doc(OFFSETS_LOG, "directory of the offsets log, its lock and the event log")
@@ -251,6 +287,25 @@ class ServerConfig(
             raise ValueError(
                 "group.min.session.timeout.ms must not exceed group.max.session.timeout.ms"
             )
+        for name in ("heartbeat.interval", "session.timeout"):
+            attr = f"group_consumer_{name.replace('.', '_')}_ms"
+            value = getattr(self, attr)
+            lo = getattr(self, attr.replace("consumer_", "consumer_min_"))
+            hi = getattr(self, attr.replace("consumer_", "consumer_max_"))
+            if not lo <= value <= hi:
+                raise ValueError(
+                    f"group.consumer.{name}.ms ({value}) must be between "
+                    f"group.consumer.min.{name}.ms ({lo}) and group.consumer.max.{name}.ms ({hi})"
+                )
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ValueError(
+                "group.consumer.heartbeat.interval.ms must be less than "
+                "group.consumer.session.timeout.ms"
+            )
+        if not self.group_consumer_assignors or len(set(self.group_consumer_assignors)) != len(
+            self.group_consumer_assignors
+        ):
+            raise ValueError("group.consumer.assignors: name each assignor once, at least one")
         for topic in self.topics:
             parse_topic(topic)
         for rule in self.fault:
@@ -260,7 +315,9 @@ class ServerConfig(
                 raise ValueError(f"fault: {exc}") from None
 
     def group_config(self) -> GroupConfig:
-        return GroupConfig(**{name: getattr(self, name) for name in GroupConfig.__struct_fields__})
+        values = {name: getattr(self, name) for name in GroupConfig.__struct_fields__}
+        values["group_consumer_assignors"] = tuple(self.group_consumer_assignors)
+        return GroupConfig(**values)
 
     def declared_topics(self) -> dict[str, int]:
         return dict(parse_topic(t) for t in self.topics)
@@ -337,7 +394,7 @@ def render(setting: Setting, value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):
-        return " ".join(map(str, value)) or "none"
+        return ",".join(map(str, value)) or "none"
     return str(value)
 
 
@@ -374,6 +431,11 @@ def allowed(name: str) -> str:
     for base, meta in setting.kinds():
         if typing.get_origin(base) is Literal:
             parts.extend(map(str, typing.get_args(base)))
+        elif typing.get_origin(base) is list and typing.get_origin(typing.get_args(base)[0]) is (
+            Literal
+        ):
+            names = ", ".join(typing.get_args(typing.get_args(base)[0]))
+            parts.append(f"a comma-separated list of {names}")
         elif base is bool:
             parts.append("true or false")
         elif base in (int, float) and meta is not None:
@@ -401,6 +463,9 @@ def _words(values: dict[str, Any]) -> dict[str, Any]:
             out[name] = [_json_rule(v) if isinstance(v, str) else v for v in value]
             continue
         if setting is None or not isinstance(value, str):
+            continue
+        if typing.get_origin(_unwrap(setting.type)[0]) is list:
+            out[name] = [v.strip() for v in value.split(",") if v.strip()]  # a flag's list
             continue
         if value in setting.doc.words:
             out[name] = setting.doc.words[value]

@@ -1,23 +1,20 @@
-"""DescribeGroups, ListGroups and DeleteGroups: what admin tools see and may remove.
+"""DescribeGroups and ListGroups: what admin tools see of the groups.
 
-Follows Kafka's GroupCoordinator.handleDescribeGroup / handleListGroups /
-handleDeleteGroups and GroupMetadata.summary. A group that does not exist is described as
-Dead with no error (DescribeGroups v0-5); only an Empty group can be deleted.
+Follows Kafka's GroupCoordinator.handleDescribeGroup / handleListGroups and
+GroupMetadata.summary. A group that does not exist, or is a consumer group, is described
+as Dead with no error (DescribeGroups v0-5, as Kafka 4 answers them); ListGroups lists
+both kinds, each with its type. DeleteGroups, which removes offsets too, is the coordinator's
+(cleanup.py).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from fastcoord.core.group import Group
-from fastcoord.core.records import GroupMetadataKey, OffsetCommitKey, Record
-from fastcoord.core.result import Call, Result
-from fastcoord.core.state import DEAD, EMPTY, STABLE
+from fastcoord.core.group_manager import GroupManager
+from fastcoord.core.result import Call
+from fastcoord.core.state import DEAD, STABLE
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
-    DeletableGroupResult,
-    DeleteGroupsRequest,
-    DeleteGroupsResponse,
     DescribedGroup,
     DescribedGroupMember,
     DescribeGroupsRequest,
@@ -27,25 +24,23 @@ from fastcoord.protocol.messages import (
     ListGroupsResponse,
 )
 
-if TYPE_CHECKING:
-    from fastcoord.core.coordinator import Coordinator
-
 # The operations a client may perform on a group (AclOperation codes READ=3, DELETE=6,
 # DESCRIBE=8), as a bit field; there are no ACLs, so every client may do all three.
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 NOT_REQUESTED = -(2**31)
 GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"  # a group of the consumer group protocol
 
 
-def describe_groups(co: Coordinator, call: Call, req: DescribeGroupsRequest) -> None:
+def describe_groups(gm: GroupManager, call: Call, req: DescribeGroupsRequest) -> None:
     handle, result = call.handle, call.result
     operations = (
         GROUP_AUTHORIZED_OPERATIONS if req.include_authorized_operations else (NOT_REQUESTED)
     )
     described = []
     for group_id in req.groups:
-        error = co.group_status_error(group_id, req)
-        group = co.groups.get(group_id) if error is None else None
+        error = gm.group_status_error(group_id, req)
+        group = gm.groups.get(group_id) if error is None else None
         if error is not None:
             described.append(DescribedGroup(error_code=error, group_id=group_id))
         elif group is None or group.is_(DEAD):
@@ -85,14 +80,14 @@ def _summary(group: Group, operations: int) -> DescribedGroup:
     )
 
 
-def list_groups(co: Coordinator, call: Call, req: ListGroupsRequest) -> None:
+def list_groups(gm: GroupManager, call: Call, req: ListGroupsRequest) -> None:
     handle, version, result = call.handle, call.version, call.result
-    if not co.active:
-        result.respond(handle, ListGroupsResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE))
+    error = gm.ctx.status()
+    if error == ErrorCode.COORDINATOR_NOT_AVAILABLE:
+        result.respond(handle, ListGroupsResponse(error_code=error))
         return
     states = {s.lower() for s in req.states_filter} if version >= 4 else set()
     types = {t.lower() for t in req.types_filter} if version >= 5 else set()
-    error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if co.loading_partitions else ErrorCode.NONE
     listed = [
         ListedGroup(
             group_id=group.group_id,
@@ -100,75 +95,20 @@ def list_groups(co: Coordinator, call: Call, req: ListGroupsRequest) -> None:
             group_state=str(group.state),
             group_type=GROUP_TYPE,
         )
-        for group in co.groups.values()
+        for group in gm.groups.values()
         if not group.is_(DEAD)
         and (not states or str(group.state).lower() in states)
         and (not types or GROUP_TYPE in types)
     ]
+    listed.extend(
+        ListedGroup(
+            group_id=group.group_id,
+            protocol_type="consumer",
+            group_state=str(group.state),
+            group_type=CONSUMER_GROUP_TYPE,
+        )
+        for group in gm.consumer_groups.values()
+        if (not states or str(group.state).lower() in states)
+        and (not types or CONSUMER_GROUP_TYPE in types)
+    )
     result.respond(handle, ListGroupsResponse(error_code=error, groups=listed))
-
-
-def delete_groups(co: Coordinator, call: Call, req: DeleteGroupsRequest) -> None:
-    handle, now_ms, result = call.handle, call.now_ms, call.result
-    from fastcoord.core.offsets import storage_error
-
-    errors: dict[str, ErrorCode] = {}
-    records: list[Record] = []
-    for group_id in req.groups_names:
-        error = co.group_status_error(group_id, req)
-        group = co.groups.get(group_id) if error is None else None
-        if error is not None:
-            errors[group_id] = error
-        elif group is None or group.is_(DEAD):
-            errors[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
-        elif not group.is_(EMPTY):
-            errors[group_id] = ErrorCode.NON_EMPTY_GROUP
-        else:
-            errors[group_id] = ErrorCode.NONE
-            records.extend(_tombstones(group))
-            group.transition_to(DEAD, now_ms, "deleted")
-
-    def respond(result: Result) -> None:
-        results = [DeletableGroupResult(group_id, err) for group_id, err in errors.items()]
-        result.respond(handle, DeleteGroupsResponse(results=results))
-
-    if not records:
-        respond(result)
-        return
-
-    def stored(error: ErrorCode, now_ms: int, result: Result) -> None:
-        for group_id, err in errors.items():
-            group = co.groups.get(group_id)
-            if err != ErrorCode.NONE or group is None:
-                continue
-            if error == ErrorCode.NONE:
-                for record in _tombstones(group):
-                    co.replay(record, now_ms)
-            else:
-                errors[group_id] = storage_error(error)
-            co.remove_group_if_dead(group)
-        respond(result)
-
-    co.append(result, records, stored)
-
-
-def _tombstones(group: Group) -> list[Record]:
-    return [
-        *(Record(OffsetCommitKey(group.group_id, t, p), None) for t, p in sorted(group.offsets)),
-        Record(GroupMetadataKey(group.group_id), None),
-    ]
-
-
-def remove_empty_group(co: Coordinator, group: Group, now_ms: int, result: Result) -> None:
-    """An Empty group with no offsets left is removed, with a tombstone for its metadata."""
-    if not (
-        group.is_(EMPTY) and not group.offsets and not group.members and not group.pending_members
-    ):
-        return
-    group.transition_to(DEAD, now_ms, "empty with no offsets")
-    co.remove_group_if_dead(group)
-
-    def stored(error: ErrorCode, now_ms: int, result: Result) -> None:
-        return
-
-    co.append(result, [Record(GroupMetadataKey(group.group_id), None)], stored)

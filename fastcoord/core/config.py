@@ -20,6 +20,15 @@ class GroupConfig(msgspec.Struct, frozen=True, kw_only=True):
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     offsets_topic_num_partitions: int = 50
+    # The consumer group protocol's (KIP-848) settings.
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_min_heartbeat_interval_ms: int = 5000
+    group_consumer_max_heartbeat_interval_ms: int = 15_000
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_min_session_timeout_ms: int = 45_000
+    group_consumer_max_session_timeout_ms: int = 60_000
+    group_consumer_max_size: int = INT32_MAX
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
 
     @property
     def offsets_retention_ms(self) -> int:

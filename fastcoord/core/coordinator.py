@@ -6,24 +6,39 @@ call returns a Result. Time moves only through `advance(now_ms)`, which fires du
 come back through `complete_append(token, error, now_ms)` once their records are durable
 (or failed), and only then are acknowledged and replayed into the durable state.
 
+Like Kafka's GroupCoordinatorShard it holds the parts and routes between them: the group
+manager owns the groups and the member table, the offset manager owns the offsets, and
+the runtime owns timers and appends. The coordinator routes requests, timers and replayed
+records to them, and does what spans both (cleanup.py: DeleteGroups, offset expiry).
+
 Timers are keyed (Kafka's new coordinator's CoordinatorTimer): ("heartbeat", group, member),
-("pending", group, member), ("join", group), ("sync", group), ("retention",). Scheduling a
-key replaces its timer. A heartbeat does not touch the wheel: it moves the member's session
-deadline, and the member's timer, when it fires early, re-arms at that deadline.
+("pending", group, member), ("join", group), ("sync", group), ("retention",), and for
+consumer groups ("consumer_session", group, member) and ("consumer_revocation", group,
+member). Scheduling a key replaces its timer. A heartbeat does not touch the wheel: it
+moves the member's session deadline, and the member's timer, when it fires early, re-arms
+at that deadline.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fastcoord.core import admin, membership, offsets
+from fastcoord.core import admin, cleanup, offsets
+from fastcoord.core.classic import join, leave, rebalance, records, responses, session, sync
 from fastcoord.core.config import GroupConfig
+from fastcoord.core.consumer import describe as consumer_describe
+from fastcoord.core.consumer import heartbeat as consumer_heartbeat
+from fastcoord.core.consumer.topics import TopicImage
+from fastcoord.core.context import AppendCallback
 from fastcoord.core.group import Group
+from fastcoord.core.group_manager import GroupManager
+from fastcoord.core.groups_view import GroupsView
 from fastcoord.core.native import member_table, timing_wheel
+from fastcoord.core.offset_manager import OffsetManager
 from fastcoord.core.records import (
+    CONSUMER_GROUP_KEYS,
     GroupMetadataKey,
     GroupMetadataValue,
     LogEntry,
@@ -31,11 +46,14 @@ from fastcoord.core.records import (
     OffsetCommits,
     OffsetCommitValue,
 )
-from fastcoord.core.result import Call, Event, Handle, Result, TimerKey
+from fastcoord.core.result import Call, Handle, Result, TimerKey
+from fastcoord.core.runtime import Runtime
 from fastcoord.core.state import DEAD, EMPTY, STABLE
 from fastcoord.protocol.commit_batch import OffsetCommitBatch
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     HeartbeatRequest,
@@ -48,18 +66,6 @@ from fastcoord.protocol.messages import (
     SyncGroupRequest,
 )
 from fastcoord.protocol.schema import Request
-
-AppendCallback = Callable[[ErrorCode, int, Result], None]
-
-# APIs whose group id may be empty (Kafka's isValidGroupId): the others need a non-empty id.
-EMPTY_GROUP_ID_ALLOWED = (
-    OffsetCommitRequest,
-    OffsetCommitBatch,
-    OffsetFetchRequest,
-    DescribeGroupsRequest,
-    DeleteGroupsRequest,
-    OffsetDeleteRequest,
-)
 
 
 def default_member_id(prefix: str) -> str:
@@ -75,31 +81,67 @@ class Coordinator:
         partition_for: Callable[[str, int], int] | None = None,
         wheel: Any = None,
         table: Any = None,
+        topics: TopicImage | None = None,
     ) -> None:
         from fastcoord.core.native import partition
 
         self.config = config or GroupConfig()
-        self.groups: dict[str, Group] = {}
         # The compiled modules (or their twins with FASTCOORD_NO_EXTENSIONS=1); benchmarks
         # pass either explicitly to compare them in one run.
         self.wheel = wheel if wheel is not None else timing_wheel.TimingWheel(now_ms)
         self.table = table if table is not None else member_table.MemberTable()
-        self.new_member_id = new_member_id
         self.partition_for: Callable[[str, int], int] = partition_for or partition.partition_for
-        self.active = True
-        self.loading_partitions: set[int] = set()
-        self.owned_partitions: set[int] | None = None  # None: every partition
-        self._appends: dict[int, list[AppendCallback]] = {}
-        self._heartbeat_fallbacks: dict[int, int] = {}  # heartbeats the table left, by answer
-        self._next_append = 1
-        self._result: Result | None = None
-        # Timers the wheel has fired that advance() has not handled yet (it was given a
-        # limit): their keys, in deadline order, and which of them are still due (a key
-        # scheduled or cancelled meanwhile is not).
-        self._due_order: deque[TimerKey] = deque()
-        self._due: set[TimerKey] = set()
-        self._due_since = now_ms
+        self.runtime = Runtime(self.config, self.wheel, self.partition_for, now_ms)
+        self.group_manager = GroupManager(self.runtime, self.table, new_member_id, topics)
+        self.offset_manager = OffsetManager(self.runtime, GroupsView(self.group_manager))
+        self.groups: dict[str, Group] = self.group_manager.groups
+        self.consumer_groups = self.group_manager.consumer_groups
+        self._handlers: dict[type[Request | OffsetCommitBatch], Callable[[Call, Any], None]] = {
+            JoinGroupRequest: self._on(join.join_group, self.group_manager),
+            SyncGroupRequest: self._on(sync.sync_group, self.group_manager),
+            HeartbeatRequest: self._on(session.heartbeat, self.group_manager),
+            LeaveGroupRequest: self._on(leave.leave_group, self.group_manager),
+            OffsetCommitRequest: self._on(offsets.offset_commit, self.offset_manager),
+            OffsetCommitBatch: self._on(offsets.offset_commit, self.offset_manager),
+            OffsetFetchRequest: self._on(offsets.offset_fetch, self.offset_manager),
+            OffsetDeleteRequest: self._on(offsets.offset_delete, self.offset_manager),
+            DescribeGroupsRequest: self._on(admin.describe_groups, self.group_manager),
+            ListGroupsRequest: self._on(admin.list_groups, self.group_manager),
+            DeleteGroupsRequest: self._delete_groups,
+            ConsumerGroupHeartbeatRequest: self._on(
+                consumer_heartbeat.consumer_group_heartbeat, self.group_manager
+            ),
+            ConsumerGroupDescribeRequest: self._on(
+                consumer_describe.consumer_group_describe, self.group_manager
+            ),
+        }
         self.schedule(("retention",), now_ms + self.config.offsets_retention_check_interval_ms)
+
+    @staticmethod
+    def _on(handler: Callable[[Any, Call, Any], None], part: object) -> Callable[[Call, Any], None]:
+        return lambda call, request: handler(part, call, request)
+
+    # The coordinator's own state, kept by the runtime; the server sets it while loading.
+
+    @property
+    def active(self) -> bool:
+        return self.runtime.active
+
+    @active.setter
+    def active(self, active: bool) -> None:
+        self.runtime.active = active
+
+    @property
+    def loading_partitions(self) -> set[int]:
+        return self.runtime.loading_partitions
+
+    @property
+    def owned_partitions(self) -> set[int] | None:
+        return self.runtime.owned_partitions
+
+    @owned_partitions.setter
+    def owned_partitions(self, partitions: set[int] | None) -> None:
+        self.runtime.owned_partitions = partitions
 
     # -- entry points -------------------------------------------------------------------
 
@@ -113,12 +155,12 @@ class Coordinator:
         client_host: str = "",
     ) -> Result:
         """Handle one group request; the response may come now or in a later Result."""
-        result = self._begin()
+        result = self.runtime.begin()
         try:
             call = Call(handle, version, now_ms, client_id, client_host, result)
-            _HANDLERS[type(request)](self, call, request)
+            self._handlers[type(request)](call, request)
         finally:
-            self._result = None
+            self.runtime.end()
         return result
 
     def commit_offsets(
@@ -126,11 +168,11 @@ class Coordinator:
     ) -> Result:
         """OffsetCommit requests (handle, batch) read one after another, handled in order as
         `handle` would, in one Result: their records go out in one append."""
-        result = self._begin()
+        result = self.runtime.begin()
         try:
-            offsets.offset_commits(self, requests, now_ms, result)
+            offsets.offset_commits(self.offset_manager, requests, now_ms, result)
         finally:
-            self._result = None
+            self.runtime.end()
         return result
 
     def heartbeat(
@@ -143,63 +185,35 @@ class Coordinator:
         now_ms: int,
     ) -> int:
         """A Heartbeat's error code. Heartbeats produce no records, timers or events, so
-        the server calls this directly, without a Result.
-
-        The common case (a known dynamic member, a coordinator with nothing loading) is one
-        call into the member table, which does the two id lookups and the checks; anything
-        else takes the full path, which gives the same answers.
-        """
-        if group_instance_id is None and self.table_answers_heartbeats():
-            code: int = self.table.heartbeat_id(group_id, member_id, generation, now_ms)
-            if code >= 0:
-                return code
-        code = membership.heartbeat_error(
-            self, group_id, member_id, generation, group_instance_id, version, now_ms
+        the server calls this directly, without a Result."""
+        return session.heartbeat_code(
+            self.group_manager, group_id, member_id, generation, group_instance_id, version, now_ms
         )
-        # The table counts what it answers; these are the rest (see heartbeat_answers).
-        self._heartbeat_fallbacks[code] = self._heartbeat_fallbacks.get(code, 0) + 1
-        return code
 
     def heartbeat_answers(self) -> dict[int, int]:
         """{error code: heartbeats answered with it}, every path counted once."""
-        counts = dict(self._heartbeat_fallbacks)
-        for code, n in self.table.heartbeat_answers().items():
-            counts[code] = counts.get(code, 0) + n
-        return counts
+        return self.group_manager.heartbeat_answers()
 
     def table_answers_heartbeats(self) -> bool:
         """Whether table.heartbeat_id may answer dynamic members' heartbeats alone (when it
         returns a code >= 0): nothing is loading, unloaded or shutting down."""
-        return self.active and not self.loading_partitions and self.owned_partitions is None
+        return self.runtime.serves_all()
 
     def advance(self, now_ms: int, limit: int | None = None) -> Result:
         """Move time to now_ms and fire due timers in deadline order: every one, or at most
         `limit`. The rest stay due (next_deadline() is then now_ms) and are fired first by
         the next call, so that a burst (a rebalance of 100k members arms their sessions
         in the same millisecond) is handled in parts, with requests served between them."""
-        result = self._begin()
+        result = self.runtime.begin()
         try:
-            order, due = self._due_order, self._due
-            for key in self.wheel.advance(now_ms):
-                order.append(key)
-                due.add(key)
-            self._due_since = now_ms
-            fired = 0
-            while order and (limit is None or fired < limit):
-                key = order.popleft()
-                if key in due:  # else scheduled again or cancelled since it fell due
-                    due.remove(key)
-                    self._fire(key, now_ms, result)
-                    fired += 1
+            for key in self.runtime.due(now_ms, limit):
+                self._fire(key, now_ms, result)
         finally:
-            self._result = None
+            self.runtime.end()
         return result
 
     def next_deadline(self) -> int | None:
-        if self._due:
-            return self._due_since  # timers fell due that advance() has not fired yet
-        deadline: int | None = self.wheel.next_deadline()
-        return deadline
+        return self.runtime.next_deadline()
 
     def complete_append(self, token: int, error: ErrorCode, now_ms: int) -> Result:
         """The records of Result.append `token` are durable (error NONE) or failed."""
@@ -207,101 +221,62 @@ class Coordinator:
 
     def complete_appends(self, tokens: list[int], error: ErrorCode, now_ms: int) -> Result:
         """complete_append of each token, in order, in one Result."""
-        result = self._begin()
+        result = self.runtime.begin()
         try:
-            appends = self._appends
             for token in tokens:
-                for callback in appends.pop(token):
+                for callback in self.runtime.completed(token):
                     callback(error, now_ms, result)
         finally:
-            self._result = None
+            self.runtime.end()
         return result
 
     def shutdown(self, now_ms: int) -> Result:
         """Stop coordinating: answer every waiting JoinGroup and SyncGroup NOT_COORDINATOR;
         later requests get COORDINATOR_NOT_AVAILABLE, as from a Kafka broker shutting down."""
-        result = self._begin()
+        result = self.runtime.begin()
         try:
-            self.active = False
+            self.runtime.active = False
             for group in self.groups.values():
-                membership.unload_group(group, result)
+                responses.unload_group(group, result)
         finally:
-            self._result = None
+            self.runtime.end()
         return result
 
-    # -- for the handlers ----------------------------------------------------------------
-
-    def _begin(self) -> Result:
-        if self._result is not None:
-            raise RuntimeError("the coordinator is not re-entrant")
-        self._result = Result()
-        return self._result
+    # The runtime's timers and appends, for tests and tools that drive them directly.
 
     def schedule(self, key: TimerKey, deadline_ms: int) -> None:
-        if self._due:
-            self._due.discard(key)  # the new deadline replaces one that fell due
-        self.wheel.schedule(key, deadline_ms)
-        if self._result is not None:
-            self._result.timers.append((key, deadline_ms))
+        self.runtime.schedule(key, deadline_ms)
 
     def cancel(self, key: TimerKey) -> None:
-        if self._due:
-            self._due.discard(key)
-        if self.wheel.cancel(key) and self._result is not None:
-            self._result.timers.append((key, None))
+        self.runtime.cancel(key)
 
     def append(self, result: Result, records: Sequence[LogEntry], callback: AppendCallback) -> None:
-        """Ask for records to be made durable; `callback` runs at complete_append."""
-        if result.append is None:
-            result.append = self._next_append
-            self._next_append += 1
-            self._appends[result.append] = []
-        result.records.extend(records)
-        self._appends[result.append].append(callback)
+        self.runtime.append(result, records, callback)
 
-    def event(self, result: Result, now_ms: int, kind: str, group: Group, **fields: Any) -> None:
-        result.events.append(Event(at_ms=now_ms, kind=kind, group_id=group.group_id, **fields))
+    # -- routing --------------------------------------------------------------------------
 
-    def group_status_error(
-        self, group_id: str, request: Request | OffsetCommitBatch
-    ) -> ErrorCode | None:
-        """Kafka's validateGroupStatus: INVALID_GROUP_ID, then coordinator availability."""
-        if group_id is None or (group_id == "" and not isinstance(request, EMPTY_GROUP_ID_ALLOWED)):
-            return ErrorCode.INVALID_GROUP_ID
-        if not self.active:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        partition = self.partition_for(group_id, self.config.offsets_topic_num_partitions)
-        if partition in self.loading_partitions:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        if self.owned_partitions is not None and partition not in self.owned_partitions:
-            return ErrorCode.NOT_COORDINATOR
-        return None
-
-    def get_or_create_group(self, group_id: str, now_ms: int) -> Group:
-        group = self.groups.get(group_id)
-        if group is None:
-            group = self.groups[group_id] = Group(group_id, now_ms, self.table)
-        return group
-
-    # -- timers --------------------------------------------------------------------------
+    def _delete_groups(self, call: Call, request: DeleteGroupsRequest) -> None:
+        cleanup.delete_groups(self.group_manager, self.offset_manager, call, request)
 
     def _fire(self, key: TimerKey, now_ms: int, result: Result) -> None:
-        kind = key[0]
+        kind, gm = key[0], self.group_manager
         if kind == "heartbeat":
-            membership.on_heartbeat_timer(self, key[1], key[2], now_ms, result)
+            leave.on_heartbeat_timer(gm, key[1], key[2], now_ms, result)
         elif kind == "pending":
-            membership.on_pending_member_timer(self, key[1], key[2], now_ms, result)
+            leave.on_pending_member_timer(gm, key[1], key[2], now_ms, result)
         elif kind == "join":
-            membership.on_join_timer(self, key[1], now_ms, result)
+            rebalance.on_join_timer(gm, key[1], now_ms, result)
         elif kind == "sync":
-            membership.on_sync_timer(self, key[1], key[2], now_ms, result)
+            sync.on_sync_timer(gm, key[1], key[2], now_ms, result)
+        elif kind == "consumer_session":
+            consumer_heartbeat.on_session_timer(gm, key[1], key[2], now_ms, result)
+        elif kind == "consumer_revocation":
+            consumer_heartbeat.on_revocation_timer(gm, key[1], key[2], now_ms, result)
         elif kind == "retention":
-            offsets.expire_offsets(self, now_ms, result)
+            cleanup.expire_offsets(gm, self.offset_manager, self.runtime, now_ms, result)
             self.schedule(key, now_ms + self.config.offsets_retention_check_interval_ms)
         else:
             raise AssertionError(f"unknown timer {key!r}")
-
-    # -- durable state -------------------------------------------------------------------
 
     def replay(self, record: LogEntry, now_ms: int, loading: bool = False) -> None:
         """Apply one durable record, or an OffsetCommit's records together: the only way
@@ -310,23 +285,22 @@ class Coordinator:
         Used live (loading=False, when a write becomes durable) and at load (replaying the
         log, loading=True).
         """
+        om = self.offset_manager
         if isinstance(record, OffsetCommits):
-            offsets.replay_commits(self, record, now_ms)
+            om.replay_commits(record, now_ms)
             return
         key, value = record.key, record.value
         if isinstance(key, OffsetCommitKey):
             assert value is None or isinstance(value, OffsetCommitValue)
-            offsets.replay_offset(self, key, value, now_ms)
+            om.replay_offset(key, value, now_ms)
+        elif isinstance(key, CONSUMER_GROUP_KEYS):
+            self.group_manager.replay_consumer(record, now_ms)
         elif isinstance(key, GroupMetadataKey):
             assert value is None or isinstance(value, GroupMetadataValue)
-            membership.replay_group(self, key.group, value, now_ms, loading)
+            has_offsets = om.has_offsets(key.group)
+            records.replay_group(self.group_manager, key.group, value, now_ms, loading, has_offsets)
         else:
             raise TypeError(f"unknown record key {key!r}")
-
-    def remove_group_if_dead(self, group: Group) -> None:
-        if group.is_(DEAD) and self.groups.get(group.group_id) is group:
-            del self.groups[group.group_id]
-            group.release()
 
     def snapshot(self) -> dict[str, Any]:
         """The durable view of every group, for tests that compare replay with live state."""
@@ -334,9 +308,10 @@ class Coordinator:
         for group_id, group in sorted(self.groups.items()):
             if group.is_(DEAD):
                 continue
-            if group.generation_id == 0 and not group.members and not group.offsets:
+            group_offsets = self.offset_manager.offsets(group_id)
+            if group.generation_id == 0 and not group.members and not len(group_offsets):
                 # Created by a JoinGroup that never completed: nothing of it was written
-                # (Kafka drops it at the next cleanup, as offsets.expire_offsets does here).
+                # (Kafka drops it at the next cleanup, as expire_offsets does here).
                 continue
             stable = group.is_(STABLE) or group.is_(EMPTY)
             out[group_id] = {
@@ -348,21 +323,20 @@ class Coordinator:
                 "members": {
                     m.member_id: (m.group_instance_id, m.assignment) for m in group.members.values()
                 },
-                "offsets": dict(sorted(group.offsets.items())),
+                "offsets": dict(sorted(group_offsets.items())),
+            }
+        for group_id, cgroup in sorted(self.consumer_groups.items()):
+            out[group_id] = {
+                "type": "consumer",
+                "epoch": cgroup.group_epoch,
+                "metadata_hash": cgroup.metadata_hash,
+                "assignment_epoch": cgroup.assignment_epoch,
+                "state": str(cgroup.state),
+                "members": {
+                    m.member_id: (*m.metadata(), m.current) for m in cgroup.members.values()
+                },
+                "target": dict(sorted(cgroup.target.items())),
+                "partition_epochs": dict(sorted(cgroup.partition_epochs.items())),
+                "offsets": dict(sorted(self.offset_manager.offsets(group_id).items())),
             }
         return out
-
-
-_HANDLERS: dict[type[Request | OffsetCommitBatch], Callable[..., None]] = {
-    JoinGroupRequest: membership.join_group,
-    SyncGroupRequest: membership.sync_group,
-    HeartbeatRequest: membership.heartbeat,
-    LeaveGroupRequest: membership.leave_group,
-    OffsetCommitRequest: offsets.offset_commit,
-    OffsetCommitBatch: offsets.offset_commit,
-    OffsetFetchRequest: offsets.offset_fetch,
-    OffsetDeleteRequest: offsets.offset_delete,
-    DescribeGroupsRequest: admin.describe_groups,
-    ListGroupsRequest: admin.list_groups,
-    DeleteGroupsRequest: admin.delete_groups,
-}

@@ -1,22 +1,19 @@
 """A group and its members: Kafka's GroupMetadata and MemberMetadata, without the handlers.
 
 Holds what a group is (state, generation, protocol, leader, members in join order, pending
-members of KIP-394, static members of KIP-345, committed offsets) and the small rules that
-only read or reshape it: leader election, the protocol vote, static member replacement.
-What happens on JoinGroup, SyncGroup and the rest lives in membership.py and offsets.py.
+members of KIP-394, static members of KIP-345) and the small rules that only read or
+reshape it: leader election, the protocol vote, static member replacement. What happens on
+JoinGroup, SyncGroup and the rest lives in core/classic/; its offsets are the offset
+manager's.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastcoord.core import member_table as columns
-from fastcoord.core.native import offset_table
 from fastcoord.core.records import MemberMetadataValue
-
-if TYPE_CHECKING:
-    from fastcoord.core.offset_table import OffsetTable
 from fastcoord.core.state import (
     COMPLETING_REBALANCE,
     DEAD,
@@ -175,7 +172,6 @@ class Group:
         "leader_id",
         "members",
         "new_member_added",
-        "offsets",
         "pending_members",
         "pending_sync_members",
         "protocol_name",
@@ -208,7 +204,6 @@ class Group:
         # (delay, remaining) while an InitialDelayedJoin is pending, else None
         self.initial_join: tuple[int, int] | None = None
         self.rebalance_started_ms = 0
-        self.offsets: OffsetTable = offset_table.OffsetTable()
 
     @property
     def state(self) -> GroupState:

@@ -6,7 +6,7 @@ session and rebalance timeouts, flags (awaiting a join or a sync, new) and group
 group its state and generation. Slots are reused after removal. The table also maps
 (group id, member id) to a slot, so `heartbeat_id` is the whole common path: it answers
 Stable, CompletingRebalance and PreparingRebalance, and returns FALLBACK for anything else,
-which the caller answers on the full path (fastcoord.core.membership.heartbeat_error).
+which the caller answers on the full path (fastcoord.core.classic.session.heartbeat_error).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Durable records: what the coordinator writes to its log, and replays to rebuild itself.
 
 The same keys and meaning as Kafka's __consumer_offsets (GroupMetadataManager):
-an offset commit keyed by (group, topic, partition), and a group's metadata keyed by group,
-each with a value or None (a tombstone: the key is deleted). Durable state changes only by
+an offset commit keyed by (group, topic, partition), a classic group's metadata keyed by
+group, and a consumer group's records (below), each with a value or None (a tombstone: the
+key is deleted). Durable state changes only by
 replaying these records (Coordinator.replay); a handler that changes durable state returns
 records and the state changes when they are durable. msgspec's array-like encoding keeps
 them compact on disk (storage/segment.py frames them).
@@ -13,6 +14,8 @@ records one by one, exactly as if they had been written singly.
 """
 
 from __future__ import annotations
+
+import uuid
 
 import msgspec
 
@@ -56,8 +59,118 @@ class GroupMetadataValue(msgspec.Struct, frozen=True, array_like=True, gc=False,
     members: tuple[MemberMetadataValue, ...]
 
 
-RecordKey = OffsetCommitKey | GroupMetadataKey
-RecordValue = OffsetCommitValue | GroupMetadataValue
+# A consumer group (the consumer group protocol) is written as Kafka writes it: the group
+# epoch, each member's subscription, the target assignment (its epoch, and each member's
+# share), and each member's current assignment, each under its own key, so that a
+# heartbeat that changes one member writes only that member's records. The tags are
+# Kafka's record types.
+
+
+class TopicPartitions(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    topic_id: uuid.UUID
+    partitions: tuple[int, ...]
+
+
+class ConsumerGroupMetadataKey(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=3):
+    group: str
+
+
+class ConsumerGroupMetadataValue(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=3):
+    epoch: int
+    metadata_hash: int  # of the subscribed topics' ids and partition counts
+
+
+class ConsumerGroupMemberMetadataKey(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=5):
+    group: str
+    member_id: str
+
+
+class ConsumerGroupMemberMetadataValue(
+    msgspec.Struct, frozen=True, array_like=True, gc=False, tag=5
+):
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    server_assignor: str | None
+    rebalance_timeout_ms: int
+
+
+class ConsumerGroupTargetAssignmentMetadataKey(
+    msgspec.Struct, frozen=True, array_like=True, gc=False, tag=6
+):
+    group: str
+
+
+class ConsumerGroupTargetAssignmentMetadataValue(
+    msgspec.Struct, frozen=True, array_like=True, gc=False, tag=6
+):
+    assignment_epoch: int
+
+
+class ConsumerGroupTargetAssignmentMemberKey(
+    msgspec.Struct, frozen=True, array_like=True, gc=False, tag=7
+):
+    group: str
+    member_id: str
+
+
+class ConsumerGroupTargetAssignmentMemberValue(
+    msgspec.Struct, frozen=True, array_like=True, gc=False, tag=7
+):
+    topic_partitions: tuple[TopicPartitions, ...]
+
+
+class ConsumerGroupCurrentMemberAssignmentKey(
+    msgspec.Struct, frozen=True, array_like=True, gc=False, tag=8
+):
+    group: str
+    member_id: str
+
+
+class ConsumerGroupCurrentMemberAssignmentValue(
+    msgspec.Struct, frozen=True, array_like=True, gc=False, tag=8
+):
+    member_epoch: int
+    previous_member_epoch: int
+    state: int  # MemberState
+    assigned_partitions: tuple[TopicPartitions, ...]
+    partitions_pending_revocation: tuple[TopicPartitions, ...]
+
+
+ConsumerGroupKey = (
+    ConsumerGroupMetadataKey
+    | ConsumerGroupMemberMetadataKey
+    | ConsumerGroupTargetAssignmentMetadataKey
+    | ConsumerGroupTargetAssignmentMemberKey
+    | ConsumerGroupCurrentMemberAssignmentKey
+)
+ConsumerGroupValue = (
+    ConsumerGroupMetadataValue
+    | ConsumerGroupMemberMetadataValue
+    | ConsumerGroupTargetAssignmentMetadataValue
+    | ConsumerGroupTargetAssignmentMemberValue
+    | ConsumerGroupCurrentMemberAssignmentValue
+)
+# The same, for isinstance.
+CONSUMER_GROUP_KEYS = (
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupCurrentMemberAssignmentKey,
+)
+CONSUMER_GROUP_VALUES = (
+    ConsumerGroupMetadataValue,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupCurrentMemberAssignmentValue,
+)
+RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey
+RecordValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue
 
 
 class Record(msgspec.Struct, frozen=True, array_like=True, gc=False):

@@ -87,7 +87,7 @@ class Wire:
     """How one value is laid out: the plan as data, for the compiled interpreter."""
 
     op: Op
-    nullable: bool = False  # arrays: may be null
+    nullable: bool = False  # arrays and structs: may be null
     compact: bool = False  # arrays: unsigned-varint length
     min_item: int = 1  # arrays: smallest encoding of one element
     item: Wire | None = None  # arrays: the element
@@ -251,10 +251,27 @@ def _field_codec(
         return (*_SCALARS[ref], Wire(_SCALAR_OPS[ref]))
     if isinstance(ref, ArrayOf):
         return _array_codec(ref.item, nullable, version, flexible)
-    if nullable:
-        raise TypeError(f"nullable struct fields are not used by any served API ({ref})")
     plan = plan_for(ref, version, flexible)
-    return plan.read, plan.write, plan.min_size, Wire(Op.STRUCT, plan=plan)
+    if not nullable:
+        return plan.read, plan.write, plan.min_size, Wire(Op.STRUCT, plan=plan)
+    return _nullable_struct(plan)
+
+
+def _nullable_struct(plan: StructPlan) -> tuple[ReadFn, WriteFn, int, Wire]:
+    # Kafka writes an int8 before a nullable struct: -1 for null, 1 for a struct that follows.
+    read_struct, write_struct = plan.read, plan.write
+
+    def read(r: Reader) -> Any:
+        return None if r.int8() < 0 else read_struct(r)
+
+    def write(w: Writer, value: Any) -> None:
+        if value is None:
+            w.int8(-1)
+            return
+        w.int8(1)
+        write_struct(w, value)
+
+    return read, write, 1, Wire(Op.STRUCT, nullable=True, plan=plan)
 
 
 def _array_codec(

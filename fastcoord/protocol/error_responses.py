@@ -1,4 +1,5 @@
-"""The response Kafka gives a request that failed as a whole, for every served API.
+"""The response Kafka gives a request that failed as a whole, for every served API and
+for the consumer group protocol's APIs, defined ahead of being served.
 
 Fault injection answers a request with an error instead of handling it. A client must not
 be able to tell that answer from a real broker's, so each response puts the error where
@@ -20,6 +21,11 @@ from fastcoord.protocol.messages import (
     ApiVersion,
     ApiVersionsRequest,
     ApiVersionsResponse,
+    ConsumerGroupDescribedGroup,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
     Coordinator,
     DeletableGroupResult,
     DeleteGroupsRequest,
@@ -84,7 +90,8 @@ FIRST_FIND_COORDINATOR_KEYS = 4
 def error_response(request: Request | OffsetCommitBatch, version: int, code: int) -> Answer:
     """What Kafka answers `request` (decoded at `version`) when all of it fails with
     `code`. An OffsetCommitBatch gets an OffsetCommitAnswer; every other request a Response
-    of its API. A type that is not a served request raises TypeError."""
+    of its API. A type with no builder here (not a served request, nor one of the consumer
+    group protocol's) raises TypeError."""
     build = _BUILDERS.get(type(request))
     if build is None:
         raise TypeError(f"no error response for {type(request).__name__}")
@@ -120,6 +127,24 @@ def _leave_group(request: LeaveGroupRequest, version: int, code: int) -> LeaveGr
     # v3+ could list each leaving member with the error; Kafka lists none, and the
     # top-level error stands for the whole batch.
     return LeaveGroupResponse(error_code=code, members=[])
+
+
+# -- the consumer group protocol -----------------------------------------------------------
+
+
+def _consumer_group_heartbeat(
+    request: ConsumerGroupHeartbeatRequest, version: int, code: int
+) -> ConsumerGroupHeartbeatResponse:
+    # Kafka sets the code alone: no message, no member id, epoch 0 and no assignment.
+    return ConsumerGroupHeartbeatResponse(error_code=code, error_message=None)
+
+
+def _consumer_group_describe(
+    request: ConsumerGroupDescribeRequest, version: int, code: int
+) -> ConsumerGroupDescribeResponse:
+    return ConsumerGroupDescribeResponse(
+        groups=[ConsumerGroupDescribedGroup(error_code=code, group_id=g) for g in request.group_ids]
+    )
 
 
 # -- offsets ------------------------------------------------------------------------------
@@ -325,4 +350,6 @@ _BUILDERS: dict[type[Any], Callable[[Any, int, int], Answer]] = {
     ApiVersionsRequest: _api_versions,
     DeleteGroupsRequest: _delete_groups,
     OffsetDeleteRequest: _offset_delete,
+    ConsumerGroupHeartbeatRequest: _consumer_group_heartbeat,
+    ConsumerGroupDescribeRequest: _consumer_group_describe,
 }

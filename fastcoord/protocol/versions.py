@@ -14,6 +14,10 @@ from fastcoord.protocol.messages import (
     ApiVersion,
     ApiVersionsRequest,
     ApiVersionsResponse,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribeGroupsRequest,
@@ -76,6 +80,20 @@ SERVED: dict[int, Api] = {
         Api(ApiKey.API_VERSIONS, 0, 4, ApiVersionsRequest, ApiVersionsResponse),
         Api(ApiKey.DELETE_GROUPS, 0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
         Api(ApiKey.OFFSET_DELETE, 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
+        Api(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT,
+            0,
+            1,
+            ConsumerGroupHeartbeatRequest,
+            ConsumerGroupHeartbeatResponse,
+        ),
+        Api(
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            0,
+            1,
+            ConsumerGroupDescribeRequest,
+            ConsumerGroupDescribeResponse,
+        ),
     )
 }
 

@@ -88,8 +88,8 @@ class Server:
     def __init__(self, config: ServerConfig, store: Store, max_connections: int) -> None:
         self.config = config
         self.max_connections = max_connections
-        self.coordinator = Coordinator(config.group_config(), now_ms())
         self.broker = Broker(config, config.port)
+        self.coordinator = Coordinator(config.group_config(), now_ms(), topics=self.broker)
         # What waits for a time of its own: a Fetch's max_wait_ms, a request given latency
         # by a fault, a fault rule's start or end (see later()).
         self.later_wheel = timing_wheel.TimingWheel(now_ms())
@@ -318,7 +318,7 @@ class Server:
             "%d records of %d partitions in %.2f s",
             len(co.groups),
             sum(len(g.members) for g in groups),
-            sum(len(g.offsets) for g in groups),
+            co.offset_manager.count(),
             where,
             total,
             len(partitions),

@@ -12,6 +12,11 @@ where its group left it.
 An every-topic Metadata answer is encoded once per version and kept until a topic is added:
 with thousands of partitions it takes milliseconds to build, and a client may ask for it
 many times a second.
+
+A topic has an id as well as a name: the consumer group protocol hands consumers their
+assignments by id, and they then ask Metadata (v12+) for those ids. An index from id to
+name answers them, and lets the coordinator resolve a subscription without creating topics
+(topic_by_name, topic_by_id). Topics are only ever added, so the index only grows.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import struct
 import uuid
 
 from fastcoord.config import ServerConfig
+from fastcoord.core.consumer.topics import topic_id_for
+from fastcoord.protocol.error_responses import error_response
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.framing import encode_response
 from fastcoord.protocol.messages import (
@@ -40,10 +47,14 @@ from fastcoord.protocol.messages import (
     MetadataResponseTopic,
     PartitionData,
 )
+from fastcoord.protocol.primitives import ZERO_UUID
 
 CLUSTER_ID = "fastcoord-cluster"
 MAX_TOPICS = 100_000  # topics created on request; a client cannot grow this without bound
 KEY_TYPE_GROUP = 0
+# Metadata v10 put topic ids and null names in the request, but Kafka's brokers answered
+# neither until v12 and refuse both in v10-11 (MetadataRequest.json).
+FIRST_METADATA_BY_ID = 12
 _CORRELATION = struct.Struct(">i")
 
 
@@ -54,6 +65,11 @@ class Broker:
         self.port = port
         self.node_id = config.node_id
         self.topics: dict[str, int] = config.declared_topics()
+        # Both directions, so that neither a Metadata answer nor a lookup hashes a name again.
+        self._ids: dict[str, uuid.UUID] = {}
+        self._names: dict[uuid.UUID, str] = {}
+        for name in self.topics:
+            self._index(name)
         # version -> an every-topic Metadata frame (correlation id 0), for this many topics
         self._every_topic: dict[int, bytes] = {}
         self._every_topic_for: tuple[int, int] = (-1, -1)  # (topics, port) it was built for
@@ -64,7 +80,30 @@ class Broker:
         count = self.topics.get(name)
         if count is None and create and len(self.topics) < MAX_TOPICS and _valid_topic(name):
             count = self.topics[name] = self.config.num_partitions
+            self._index(name)
         return count
+
+    def _index(self, name: str) -> None:
+        tid = self._ids[name] = topic_id(name)
+        self._names[tid] = name
+
+    def topic_by_name(self, name: str) -> tuple[uuid.UUID, int] | None:
+        """(id, partitions) of the topic named `name`, if it exists; never creates it."""
+        count = self.topics.get(name)
+        return None if count is None else (self._ids[name], count)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> tuple[str, int] | None:
+        """(name, partitions) of the topic whose id is `topic_id`, if it exists."""
+        name = self._names.get(topic_id)
+        return None if name is None else (name, self.topics[name])
+
+    def topic_names(self) -> list[str]:
+        return list(self.topics)
+
+    def version(self) -> int:
+        """Grows when a topic is added (the coordinator's TopicImage: a consumer group
+        resolves its subscriptions again when it changes)."""
+        return len(self.topics)
 
     def metadata_frame(self, req: MetadataRequest, version: int, correlation_id: int) -> bytes:
         """The Metadata answer as a frame; every-topic answers come from the cache."""
@@ -83,42 +122,65 @@ class Broker:
 
     def metadata(self, req: MetadataRequest, version: int) -> MetadataResponse:
         every = _every_topic(req, version)
-        names = sorted(self.topics) if every else [t.name or "" for t in req.topics or []]
-        create = self._creates(version < 4 or req.allow_auto_topic_creation)
-        topics = []
-        for name in names:
-            count = self.topic_partitions(name, create)
-            if count is None:
-                topics.append(
-                    MetadataResponseTopic(
-                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                        name=name,
-                    )
-                )
-                continue
-            topics.append(
-                MetadataResponseTopic(
-                    error_code=ErrorCode.NONE,
-                    name=name,
-                    topic_id=topic_id(name),
-                    partitions=[
-                        MetadataResponsePartition(
-                            error_code=ErrorCode.NONE,
-                            partition_index=p,
-                            leader_id=self.node_id,
-                            leader_epoch=0,
-                            replica_nodes=[self.node_id],
-                            isr_nodes=[self.node_id],
-                        )
-                        for p in range(count)
-                    ],
-                )
-            )
+        requested = [] if every else req.topics or []
+        if version < FIRST_METADATA_BY_ID and any(
+            t.name is None or t.topic_id != ZERO_UUID for t in requested
+        ):
+            # Kafka throws InvalidRequestException, which answers the whole request.
+            refused = error_response(req, version, ErrorCode.INVALID_REQUEST)
+            assert isinstance(refused, MetadataResponse)
+            return refused
+        # As in Kafka, a request that names any topic by id is answered by id alone (each id
+        # once): its names are not read, and nothing is created.
+        ids = [t.topic_id for t in requested if t.topic_id != ZERO_UUID]
+        if ids:
+            topics = [self._by_id(tid) for tid in dict.fromkeys(ids)]
+        else:
+            names = sorted(self.topics) if every else [t.name or "" for t in requested]
+            create = self._creates(version < 4 or req.allow_auto_topic_creation)
+            topics = [self._by_name(name, create) for name in names]
         return MetadataResponse(
             brokers=[MetadataResponseBroker(self.node_id, self.host, self.port, None)],
             cluster_id=CLUSTER_ID,
             controller_id=self.node_id,
             topics=topics,
+        )
+
+    def _by_name(self, name: str, create: bool) -> MetadataResponseTopic:
+        count = self.topic_partitions(name, create)
+        if count is None:
+            return MetadataResponseTopic(
+                error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                name=name,
+            )
+        return self._described(name, count)
+
+    def _by_id(self, tid: uuid.UUID) -> MetadataResponseTopic:
+        name = self._names.get(tid)
+        if name is None:  # Kafka's answer: no name, the id echoed, no partitions
+            return MetadataResponseTopic(
+                error_code=ErrorCode.UNKNOWN_TOPIC_ID,
+                name=None,
+                topic_id=tid,
+            )
+        return self._described(name, self.topics[name])
+
+    def _described(self, name: str, count: int) -> MetadataResponseTopic:
+        return MetadataResponseTopic(
+            error_code=ErrorCode.NONE,
+            name=name,
+            topic_id=self._ids[name],
+            partitions=[
+                MetadataResponsePartition(
+                    error_code=ErrorCode.NONE,
+                    partition_index=p,
+                    leader_id=self.node_id,
+                    leader_epoch=0,
+                    replica_nodes=[self.node_id],
+                    isr_nodes=[self.node_id],
+                )
+                for p in range(count)
+            ],
         )
 
     def _creates(self, client_allows: bool) -> bool:
@@ -225,8 +287,8 @@ def _every_topic(req: MetadataRequest, version: int) -> bool:
 
 
 def topic_id(name: str) -> uuid.UUID:
-    """A stable topic id per name (Metadata v10+)."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"fastcoord-topic:{name}")
+    """A stable topic id per name (Metadata v10+), the one consumer group assignments use."""
+    return topic_id_for(name)
 
 
 def _valid_topic(name: str) -> bool:

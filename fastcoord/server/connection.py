@@ -58,7 +58,7 @@ from fastcoord.protocol.schema import Request, Response
 from fastcoord.protocol.versions import api_versions_response
 
 if TYPE_CHECKING:
-    from fastcoord.server.app import Server
+    from fastcoord.server.dispatcher import Dispatcher
 
 log = logging.getLogger("fastcoord.server")
 Served = Request | OffsetCommitBatch  # a decoded request: an OffsetCommit's is a batch
@@ -85,7 +85,7 @@ class Slot:
     def answer(self, response: Response | OffsetCommitAnswer) -> None:
         code = getattr(response, "error_code", 0)
         if code and self.api_key != _HEARTBEAT:  # heartbeats are counted where answered
-            self.conn.server.metrics.error(self.api_key, code)
+            self.conn.dispatcher.metrics.error(self.api_key, code)
         if not self.conn.closed:  # a client that has gone costs no encoding
             self.conn.fill(
                 self, frames.encode_response(self.correlation_id, self.version, response)
@@ -93,8 +93,8 @@ class Slot:
 
 
 class Connection:
-    def __init__(self, server: Server, stream: trio.SocketStream, peer: str) -> None:
-        self.server = server
+    def __init__(self, dispatcher: Dispatcher, stream: trio.SocketStream, peer: str) -> None:
+        self.dispatcher = dispatcher
         self.stream = stream
         self.peer = peer  # HOST:PORT, for log lines
         # What DescribeGroups shows as a member's client host: Kafka gives Java's
@@ -118,8 +118,8 @@ class Connection:
         self._room = trio.Event()  # the reader may go on: the connection is within its bounds
         self._reader_writes = False  # the reader will write what is ready: no need to wake
         self._write_queued = False  # the server has it write once it has delivered a Result
-        self.wrote_during = 0  # the last Result during which it wrote at once (Server.apply)
-        config = server.config
+        self.wrote_during = 0  # the last Result during which it wrote at once (write_after)
+        config = dispatcher.config
         self._max_inflight = config.connection_max_inflight_requests
         self._max_owed = config.connection_queued_max_response_bytes
         self._max_owed_total = config.queued_max_response_bytes
@@ -153,7 +153,7 @@ class Connection:
     def _discard(self) -> None:
         """The connection is over: drop what was read and not handled, and what was owed."""
         self.closed = True
-        self.server.owed_bytes -= self.owed
+        self.dispatcher.owed_bytes -= self.owed
         self.owed = 0
         self.slots.clear()
         self.held.clear()
@@ -166,7 +166,7 @@ class Connection:
             return
         slot.data = data
         self.owed += len(data)
-        self.server.owed_bytes += len(data)
+        self.dispatcher.owed_bytes += len(data)
         if (
             self.slots
             and self.slots[0] is slot
@@ -176,10 +176,10 @@ class Connection:
             # An answer filled from outside this connection's reading (a JoinGroup that
             # another member's request or a timer completed, an acknowledged commit):
             # written by whatever filled it, at once or when the server has delivered the
-            # Result at hand (Server.write_after), as the reader writes its own. Waking the
+            # Result at hand (Dispatcher.write_after), as the reader writes its own. Waking the
             # writer task for it cost a scheduler pass per member, the most of a
             # 10,000-member rebalance's answers.
-            if self.server.write_after(self):
+            if self.dispatcher.write_after(self):
                 self._write_queued = True
             else:
                 self.write_now()
@@ -218,7 +218,7 @@ class Connection:
         if member_id is not None and isinstance(request, (JoinGroupRequest, SyncGroupRequest)):
             slot.holds = member_id
             self.held[member_id] = deque()
-        self.server.dispatch(slot, header, request)
+        self.dispatcher.dispatch(slot, header, request)
         if slot.holds is not None and slot.data is not None and member_id in self.held:
             # Answered at once: nothing needs to wait for it.
             slot.holds = None
@@ -244,7 +244,7 @@ class Connection:
     # -- reading ------------------------------------------------------------------------
 
     async def _reader(self) -> None:
-        idle_s = self.server.config.connections_max_idle_ms / 1000
+        idle_s = self.dispatcher.config.connections_max_idle_ms / 1000
         waited_from = self._last_io  # idleness is counted from here or the last bytes moved
         while not self.closed:
             # One idle deadline serves many reads: it moves only when it fires early, so a
@@ -305,7 +305,7 @@ class Connection:
     async def _readable(self) -> bool:
         """Wait until there are bytes to handle: parked on the reactor when this connection
         owes nothing, else through Trio. False when the client has closed its end."""
-        parking = self.server.parking
+        parking = self.dispatcher.parking
         if parking.reactor is None or not self._owes_nothing():
             await trio.lowlevel.wait_readable(self.fd)
             return True
@@ -377,7 +377,7 @@ class Connection:
             self._commit_offsets()
 
     async def _handle_frames_in_order(self) -> None:
-        max_size = self.server.config.socket_request_max_bytes
+        max_size = self.dispatcher.config.socket_request_max_bytes
         buf = self._buf
         while not self.closed and len(buf) - self._pos >= 4:
             if self._over_bounds():
@@ -407,7 +407,7 @@ class Connection:
         return (
             len(self.slots) >= self._max_inflight
             or self.owed >= self._max_owed
-            or (self.owed > 0 and self.server.owed_bytes >= self._max_owed_total)
+            or (self.owed > 0 and self.dispatcher.owed_bytes >= self._max_owed_total)
         )
 
     async def _wait_for_room(self) -> None:
@@ -430,17 +430,17 @@ class Connection:
         SyncGroup answer (its heartbeat must wait too) or the table may not answer alone."""
         if self.held:
             return pos
-        table = self.server.heartbeat_table()
+        table = self.dispatcher.heartbeat_table()
         if table is None:
             return pos
         out = bytearray()
         trailing: list[tuple[int, int]] = []
         started = perf_counter_ns()
         pos, answered = frames.hot.answer_heartbeats(
-            buf, pos, max_size, table, self.server.now_ms(), out, trailing
+            buf, pos, max_size, table, self.dispatcher.now_ms(), out, trailing
         )
         if answered:
-            self.server.metrics.handled(
+            self.dispatcher.metrics.handled(
                 _HEARTBEAT, (perf_counter_ns() - started) // answered, answered
             )
             self.fill(self._slot(None), bytes(out))
@@ -494,7 +494,7 @@ class Connection:
         this, so the core sees every request in the order it was read."""
         if self._commits:
             commits, self._commits = self._commits, []
-            self.server.commit_offsets(commits)
+            self.dispatcher.commit_offsets(commits)
 
     def _slot(self, header: RequestHeader | None) -> Slot:
         slot = Slot(self, header)
@@ -520,7 +520,7 @@ class Connection:
             return False
         del out[:sent]
         self.owed -= sent
-        self.server.owed_bytes -= sent
+        self.dispatcher.owed_bytes -= sent
         self._last_io = trio.current_time()
         if not self._room.is_set() and not self._over_bounds():
             self._room.set()

@@ -30,16 +30,16 @@ from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.server.native import reactor as native
 
 if TYPE_CHECKING:
-    from fastcoord.server.app import Server
     from fastcoord.server.connection import Connection
+    from fastcoord.server.dispatcher import Dispatcher
 
 log = logging.getLogger("fastcoord.server")
 HEARTBEAT = int(ApiKey.HEARTBEAT)
 
 
 class Parking:
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
         self.reactor: Any = None  # while run() runs; connections park only then
         self._tasks: dict[Connection, trio.lowlevel.Task] = {}
         self._refused = False  # a socket could not join the reactor (logged once)
@@ -50,7 +50,7 @@ class Parking:
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve parked connections until cancelled. A bug met here is logged, and the
         connections carry on without the reactor."""
-        server = self.server
+        server = self.dispatcher
         reactor = native.Reactor(server.config.socket_request_max_bytes)
         fd = reactor.fileno()
         self.reactor = reactor

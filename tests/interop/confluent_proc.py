@@ -2,6 +2,7 @@
 
     python tests/interop/confluent_proc.py BOOTSTRAP GROUP TOPIC [--client-id ID]
                                            [--session-timeout-ms MS]
+                                           [--group-protocol classic|consumer]
 
 It subscribes, polls, and prints one line per assignment change, `assignment 0,1,2`
 (`assignment ` alone when it owns nothing), flushed at once, so that a test can follow it
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("topic")
     parser.add_argument("--client-id", default="confluent-proc")
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    parser.add_argument("--group-protocol", default="classic")
     args = parser.parse_args(argv)
 
     stopping = False
@@ -35,18 +37,19 @@ def main(argv: list[str] | None = None) -> int:
         stopping = True
 
     signal.signal(signal.SIGTERM, stop)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "group.id": args.group,
-            "client.id": args.client_id,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": args.session_timeout_ms,
-            "heartbeat.interval.ms": 500,
-            "max.poll.interval.ms": max(30_000, args.session_timeout_ms),
-        }
-    )
+    config = {
+        "bootstrap.servers": args.bootstrap,
+        "group.id": args.group,
+        "client.id": args.client_id,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "max.poll.interval.ms": max(30_000, args.session_timeout_ms),
+    }
+    if args.group_protocol == "classic":
+        config.update({"session.timeout.ms": args.session_timeout_ms, "heartbeat.interval.ms": 500})
+    else:
+        config["group.protocol"] = args.group_protocol  # the coordinator sets the session
+    consumer = Consumer(config)
     consumer.subscribe([args.topic])
     last: list[int] | None = None
     try:

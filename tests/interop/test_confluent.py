@@ -56,6 +56,7 @@ class Member:
         name: str,
         group: str = "g",
         session_timeout_ms: int = 6000,
+        protocol: str = "classic",
         **extra: Any,
     ) -> None:
         self.name = name
@@ -65,12 +66,17 @@ class Member:
             "client.id": name,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "session.timeout.ms": session_timeout_ms,
-            "heartbeat.interval.ms": 500,
             "max.poll.interval.ms": max(30_000, session_timeout_ms),
             "error_cb": self._on_error,
             **extra,
         }
+        if protocol == "classic":
+            self.config.update(
+                {"session.timeout.ms": session_timeout_ms, "heartbeat.interval.ms": 500}
+            )
+        else:
+            # The consumer group protocol: the coordinator sets the session and heartbeat.
+            self.config["group.protocol"] = protocol
         self.owned: frozenset[int] = frozenset()
         self.events: list[tuple[str, frozenset[int]]] = []
         self.errors: list[KafkaError] = []
@@ -143,7 +149,9 @@ class Member:
 class ProcMember:
     """A consumer in its own OS process (confluent_proc.py), followed through its stdout."""
 
-    def __init__(self, server: ServerProcess, name: str, group: str = "g") -> None:
+    def __init__(
+        self, server: ServerProcess, name: str, group: str = "g", protocol: str = "classic"
+    ) -> None:
         self.name = name
         self.owned: frozenset[int] = frozenset()
         self.lines: list[str] = []
@@ -158,6 +166,8 @@ class ProcMember:
                 name,
                 "--session-timeout-ms",
                 "6000",
+                "--group-protocol",
+                protocol,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -25,6 +25,10 @@ from fastcoord.protocol.messages import (
     ApiVersion,
     ApiVersionsRequest,
     ApiVersionsResponse,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribeGroupsRequest,
@@ -171,6 +175,10 @@ REQUESTS: dict[int, Request] = {
             OffsetDeleteRequestTopic("b", [OffsetDeleteRequestPartition(4)]),
         ],
     ),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: ConsumerGroupHeartbeatRequest(
+        group_id="g", member_id="m", member_epoch=3, subscribed_topic_names=["a"]
+    ),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: ConsumerGroupDescribeRequest(group_ids=["g1", "g2"]),
 }
 
 CASES = [
@@ -352,6 +360,28 @@ def check_offset_delete(
     assert (resp.error_code, resp.topics) == (code, [])
 
 
+def check_consumer_group_heartbeat(
+    req: ConsumerGroupHeartbeatRequest,
+    resp: ConsumerGroupHeartbeatResponse,
+    version: int,
+    code: int,
+) -> None:
+    # Kafka's getErrorResponse: the code and nothing else (no member id, epoch 0).
+    assert (resp.error_code, resp.member_id, resp.member_epoch) == (code, None, 0)
+    assert (resp.assignment, resp.heartbeat_interval_ms) == (None, 0)
+
+
+def check_consumer_group_describe(
+    req: ConsumerGroupDescribeRequest,
+    resp: ConsumerGroupDescribeResponse,
+    version: int,
+    code: int,
+) -> None:
+    assert [(g.group_id, g.error_code, g.members) for g in resp.groups] == [
+        (g, code, []) for g in req.group_ids
+    ]
+
+
 CHECKS: dict[int, Callable[[Any, Any, int, int], None]] = {
     ApiKey.FETCH: check_fetch,
     ApiKey.LIST_OFFSETS: check_list_offsets,
@@ -368,6 +398,8 @@ CHECKS: dict[int, Callable[[Any, Any, int, int], None]] = {
     ApiKey.API_VERSIONS: check_api_versions,
     ApiKey.DELETE_GROUPS: check_delete_groups,
     ApiKey.OFFSET_DELETE: check_offset_delete,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: check_consumer_group_heartbeat,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: check_consumer_group_describe,
 }
 
 

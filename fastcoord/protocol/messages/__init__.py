@@ -1,4 +1,5 @@
-"""Every served message, request and response, with its nested structs."""
+"""Every message, request and response, with its nested structs; the served versions are
+fastcoord.protocol.versions.SERVED's."""
 
 from __future__ import annotations
 
@@ -8,6 +9,21 @@ from fastcoord.protocol.messages.api_versions import (
     ApiVersionsResponse,
     FinalizedFeatureKey,
     SupportedFeatureKey,
+)
+from fastcoord.protocol.messages.consumer_group_describe import (
+    ConsumerGroupDescribeAssignment,
+    ConsumerGroupDescribedGroup,
+    ConsumerGroupDescribeMember,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupDescribeTopicPartitions,
+)
+from fastcoord.protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatRequestTopicPartitions,
+    ConsumerGroupHeartbeatResponse,
+    ConsumerGroupHeartbeatResponseAssignment,
+    ConsumerGroupHeartbeatResponseTopicPartitions,
 )
 from fastcoord.protocol.messages.delete_groups import (
     DeletableGroupResult,
@@ -111,6 +127,17 @@ __all__ = [
     "ApiVersion",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
+    "ConsumerGroupDescribeAssignment",
+    "ConsumerGroupDescribeMember",
+    "ConsumerGroupDescribeRequest",
+    "ConsumerGroupDescribeResponse",
+    "ConsumerGroupDescribeTopicPartitions",
+    "ConsumerGroupDescribedGroup",
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatRequestTopicPartitions",
+    "ConsumerGroupHeartbeatResponse",
+    "ConsumerGroupHeartbeatResponseAssignment",
+    "ConsumerGroupHeartbeatResponseTopicPartitions",
     "Coordinator",
     "DeletableGroupResult",
     "DeleteGroupsRequest",
