@@ -54,9 +54,9 @@ COMPILED_EXTRA = """    cdef Py_ssize_t extra_i
         raise ValueError("never")
 """
 # ... and in Python: a count of heartbeats per group, kept in a dict.
-PYTHON_ANCHOR = "        if group_instance_id is None and self.table_answers_heartbeats():\n"
-PYTHON_EXTRA = """        counts = self.__dict__.setdefault("heartbeats_seen", {})
-        counts[group_id] = counts.get(group_id, 0) + 1
+PYTHON_ANCHOR = "    if group_instance_id is None and gm.serves_all():\n"
+PYTHON_EXTRA = """    counts = gm.__dict__.setdefault("heartbeats_seen", {})
+    counts[group_id] = counts.get(group_id, 0) + 1
 """
 
 
@@ -214,7 +214,7 @@ def test_work_added_to_the_compiled_heartbeat_path_is_caught(tmp_path: Path) -> 
 @needs_valgrind
 def test_work_added_to_the_python_heartbeat_path_is_caught(tmp_path: Path) -> None:
     head = changed_copy(
-        tmp_path, "fastcoord/core/coordinator.py", PYTHON_ANCHOR, PYTHON_EXTRA, before=True
+        tmp_path, "fastcoord/core/classic/session.py", PYTHON_ANCHOR, PYTHON_EXTRA, before=True
     )
     assert_caught(head, "core_heartbeat", "timing_wheel")
 
