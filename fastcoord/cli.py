@@ -128,6 +128,7 @@ def _loadtest(args: argparse.Namespace) -> int:
         max_p99_ms=args.max_p99_ms,
         faults=Path(args.faults) if args.faults else None,
         admin=args.admin,
+        group_protocol=args.group_protocol,
     )
     return run(options)
 
@@ -157,6 +158,16 @@ def _add_loadtest(sub: Any) -> None:
         "--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT", help="the broker to ask first"
     )
     p.add_argument("--scenario", choices=SCENARIOS, default="steady", help="what the members do")
+    p.add_argument(
+        "--group-protocol",
+        choices=("classic", "consumer"),
+        default="classic",
+        help="as the consumer's group.protocol: classic (JoinGroup, SyncGroup, Heartbeat) or "
+        "consumer (KIP-848's ConsumerGroupHeartbeat, against fastcoord or Kafka 4; the "
+        "coordinator then sets the heartbeat interval and session timeout, and these "
+        "members go through the Python path only, without the compiled lane that carries "
+        "classic heartbeats, so a worker holds fewer of them)",
+    )
     p.add_argument(
         "--members", type=pos_int, default=100, metavar="N", help="members in the whole run"
     )

@@ -14,6 +14,9 @@ tick, the lanes of a share of the connections flush their due requests, each con
 once per FLUSH_MS, so that a write carries many requests and the connections' writes are
 spread over the ticks.
 
+Members of the consumer group protocol (KIP-848) are consumer_fleet.py's, a fleet that keeps
+all of this but what a member says once connected, and sends it without lanes.
+
 Each member sits in a Seat: its place in the fleet (its index, which fixes the connection it
 shares, index // members_per_connection, and its slot in that connection's lane) and its
 coordinator's connection. Everything measured goes to a Recorder: every answer's latency
@@ -26,10 +29,11 @@ import logging
 import math
 import random
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
@@ -137,12 +141,17 @@ class FleetConfig:
     partitions: int = 12  # for topics the broker does not know
     assignors: tuple[str, ...] = ("range", "roundrobin")
     seed: int = 0
+    # "classic" (this fleet) or "consumer" (consumer_fleet.ConsumerFleet, KIP-848).
+    group_protocol: str = "classic"
+
+
+M = TypeVar("M")  # the member a seat holds: member.Member, or a ConsumerMember
 
 
 @dataclass(eq=False, slots=True)
-class Seat:
+class Seat(Generic[M]):
     index: int
-    member: Member
+    member: M
     slot: int  # in its connection's lane
     connection: Connection | None = None
     coordinator: tuple[str, int] | None = None
@@ -153,7 +162,7 @@ class Seat:
     lane: Lane | None = None  # where the member heartbeats while stable
     commit_keys: list[tuple[str, int]] = field(default_factory=list)  # what its lane commits
 
-    def state_changed(self, member: Member, old: State, new: State) -> None:
+    def state_changed(self, member: Any, old: State, new: State) -> None:
         """A member leaving STABLE stops heartbeating and committing at once; the
         positions its commits reached are its own again."""
         if old is not State.STABLE or self.lane is None:
@@ -177,19 +186,21 @@ class Fleet:
     ) -> None:
         self.config = config
         self.recorder = recorder
-        self.seats: list[Seat] = []
+        self.seats: list[Seat[Any]] = []
         self._tally: Counter[State] = Counter()  # the seats' members by state
         self.partitions: dict[str, int] = {}
+        # Topic id -> name, from Metadata v10+ (none below): the consumer protocol assigns by id.
+        self.topic_names: dict[uuid.UUID, str] = {}
         self.cluster_id: str | None = None
         self.rebalances_expected = True
         # group -> [last join sent, last sync answered, members, first join answered]
         self.storm: dict[str, list[int]] | None = None
         # When a list, members that have found their coordinator and connected wait here
         # instead of joining: a join storm releases them all at once.
-        self.holding: list[Seat] | None = None
+        self.holding: list[Seat[Any]] | None = None
         self._connections: dict[tuple[tuple[str, int], int], Connection] = {}
-        self._connecting: dict[tuple[tuple[str, int], int], list[Seat]] = {}
-        self._timers: dict[int, list[tuple[Seat, int]]] = defaultdict(list)  # retries
+        self._connecting: dict[tuple[tuple[str, int], int], list[Seat[Any]]] = {}
+        self._timers: dict[int, list[tuple[Seat[Any], int]]] = defaultdict(list)  # retries
         self._actions: dict[int, list[Callable[[], None]]] = defaultdict(list)
         self._tick = 0
         # Connections by the tick of their flush: tick % len(self._flushes).
@@ -285,6 +296,8 @@ class Fleet:
         for topic in response.topics:
             if topic.error_code == ErrorCode.NONE and topic.partitions and topic.name:
                 self.partitions[topic.name] = len(topic.partitions)
+                if topic.topic_id.int:
+                    self.topic_names[topic.topic_id] = topic.name
         for t in self.config.topics:
             if t not in self.partitions:
                 log.warning(
@@ -294,7 +307,7 @@ class Fleet:
                 )
                 self.partitions[t] = self.config.partitions
 
-    def add(self, group_id: str, instance_id: str | None = None) -> Seat:
+    def add(self, group_id: str, instance_id: str | None = None) -> Seat[Any]:
         c = self.config
         member = Member(
             group_id,
@@ -313,7 +326,7 @@ class Fleet:
 
     # -- a member's life -------------------------------------------------------------------
 
-    def start(self, seat: Seat) -> None:
+    def start(self, seat: Seat[Any]) -> None:
         """Find the member's coordinator, connect, join."""
         seat.down = False
         assert self._bootstrap is not None
@@ -359,7 +372,7 @@ class Fleet:
 
         self._nursery.start_soon(reopen)
 
-    def _connect(self, seat: Seat) -> None:
+    def _connect(self, seat: Seat[Any]) -> None:
         assert seat.coordinator is not None
         key = (seat.coordinator, seat.index // self.config.members_per_connection)
         connection = self._connections.get(key)
@@ -405,18 +418,18 @@ class Fleet:
             if connection in flushes:
                 flushes.remove(connection)
 
-    def _connected(self, seat: Seat) -> None:
+    def _connected(self, seat: Seat[Any]) -> None:
         if self.holding is not None:
             self.holding.append(seat)
         else:
             self._join(seat)
 
-    def join_now(self, seat: Seat) -> None:
+    def join_now(self, seat: Seat[Any]) -> None:
         """Join a member held (see `holding`) on its connection."""
         self._join(seat)
 
-    def _join(self, seat: Seat) -> None:
-        member = seat.member
+    def _join(self, seat: Seat[Any]) -> None:
+        member: Member = seat.member
         connection = seat.connection
         if connection is None or connection.closed:
             return self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.JOIN_GROUP)
@@ -447,7 +460,7 @@ class Fleet:
 
         connection.send(request, on_answer)
 
-    def _sync(self, seat: Seat, request: SyncGroupRequest) -> None:
+    def _sync(self, seat: Seat[Member], request: SyncGroupRequest) -> None:
         member = seat.member
         connection = seat.connection
         assert connection is not None
@@ -470,7 +483,7 @@ class Fleet:
 
         connection.send(request, on_answer)
 
-    def _stable(self, seat: Seat) -> None:
+    def _stable(self, seat: Seat[Member]) -> None:
         member = seat.member
         seat.retries = 0
         for rebalance in member.rebalances:
@@ -503,7 +516,7 @@ class Fleet:
             commit_due = now + self._rng.randrange(1, self.config.commit_interval_ms + 1)
         self._fetch(seat, commit_due)
 
-    def _fetch(self, seat: Seat, commit_due: int | None) -> None:
+    def _fetch(self, seat: Seat[Member], commit_due: int | None) -> None:
         """OffsetFetch, as a consumer asks after each assignment; the member's commits
         start from the positions it answers, at `commit_due` (or never, if None)."""
         member = seat.member
@@ -527,7 +540,7 @@ class Fleet:
 
         seat.connection.send(member.fetch_offsets(), on_answer)
 
-    def _start_commits(self, seat: Seat, due_ms: int) -> None:
+    def _start_commits(self, seat: Seat[Member], due_ms: int) -> None:
         """The member commits its partitions every commit interval from `due_ms` on, one
         record past its position each time; its lane sends them."""
         member = seat.member
@@ -554,9 +567,9 @@ class Fleet:
             self.config.commit_interval_ms,
         )
 
-    def leave(self, seat: Seat, then: Callable[[], None] | None = None) -> None:
+    def leave(self, seat: Seat[Any], then: Callable[[], None] | None = None) -> None:
         """LeaveGroup, as a closing consumer; `then` runs when it is answered (or lost)."""
-        member = seat.member
+        member: Member = seat.member
         connection = seat.connection
         if member.state is not State.STABLE or connection is None or connection.closed:
             member.reset(State.STOPPED)
@@ -574,7 +587,7 @@ class Fleet:
 
         connection.send(request, on_answer)
 
-    def crash(self, seat: Seat) -> None:
+    def crash(self, seat: Seat[Any]) -> None:
         """The member's process dies: no LeaveGroup; with a connection of its own, the
         connection closes too."""
         seat.member.crash()
@@ -585,7 +598,7 @@ class Fleet:
 
     # -- answers that send the member elsewhere --------------------------------------------
 
-    def _follow(self, seat: Seat, outcome: Next, api: int) -> None:
+    def _follow(self, seat: Seat[Member], outcome: Next, api: int) -> None:
         member = seat.member
         if outcome is Next.REJOIN:
             if member.last_error == ErrorCode.UNKNOWN_MEMBER_ID and api != ApiKey.JOIN_GROUP:
@@ -597,7 +610,7 @@ class Fleet:
         if outcome is Next.STOP:
             log.warning("member of %s stopped by %s", member.group_id, _name(member.last_error))
 
-    def _retry(self, seat: Seat, code: int, api: int) -> None:
+    def _retry(self, seat: Seat[Any], code: int, api: int) -> None:
         """Find the coordinator and join again after the backoff (a lost connection, a
         coordinator that moved or is loading)."""
         member = seat.member
@@ -615,7 +628,7 @@ class Fleet:
         seat.retries += 1
         self._schedule_retry(delay, seat)
 
-    def _error_row(self, api: int, code: int, member: Member) -> None:
+    def _error_row(self, api: int, code: int, member: Any) -> None:
         # Its count is record's: the answer's latency and error were recorded together.
         self.recorder.error_row(api, code, member.group_id, member.member_id, self.wall_ms())
 
@@ -667,7 +680,7 @@ class Fleet:
 
     # -- timers ----------------------------------------------------------------------------
 
-    def _schedule_retry(self, delay_ms: int, seat: Seat) -> None:
+    def _schedule_retry(self, delay_ms: int, seat: Seat[Any]) -> None:
         tick = self._tick + max(1, math.ceil(delay_ms / TICK_MS))
         self._timers[tick].append((seat, seat.member.epoch))
 
@@ -735,7 +748,7 @@ class Fleet:
             1 if self._bootstrap is not None and not self._bootstrap.closed else 0
         )
 
-    def all_stable(self, seats: Iterable[Seat] | None = None) -> bool:
+    def all_stable(self, seats: Iterable[Seat[Any]] | None = None) -> bool:
         return all(
             s.member.state is State.STABLE
             for s in (self.seats if seats is None else seats)

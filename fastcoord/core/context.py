@@ -38,10 +38,6 @@ class Context(Protocol):
     def append(self, result: Result, records: Sequence[LogEntry], callback: AppendCallback) -> None:
         """Ask for records to be made durable; `callback` runs when they are (or failed)."""
 
-    def pending_writes(self) -> bool:
-        """Whether records asked for are not durable yet: an answer that reflects them must
-        wait for them (an append of no records waits for those before it)."""
-
     def event(self, result: Result, now_ms: int, kind: str, group_id: str, **fields: Any) -> None:
         """Report a coordinator event for the event log."""
 

@@ -45,6 +45,9 @@ class GroupManager:
         self.groups: dict[str, Group] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.topics: TopicImage = topics if topics is not None else StaticTopics()
+        # Consumer group id -> its appends not yet durable: a heartbeat that writes nothing
+        # waits for them, as its answer reflects them.
+        self.unsettled_writes: dict[str, int] = {}
         self.table = table
         self.new_member_id = new_member_id
         self.heartbeat_fallbacks: dict[int, int] = {}  # heartbeats the table left, by answer

@@ -110,9 +110,6 @@ class Runtime:
         result.records.extend(records)
         self._appends[result.append].append(callback)
 
-    def pending_writes(self) -> bool:
-        return bool(self._appends)
-
     def event(self, result: Result, now_ms: int, kind: str, group_id: str, **fields: Any) -> None:
         result.events.append(Event(at_ms=now_ms, kind=kind, group_id=group_id, **fields))
 

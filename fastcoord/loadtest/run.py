@@ -28,10 +28,12 @@ import trio
 from rich.console import Console
 
 from fastcoord.client.connection import Connection, connect_reason, is_fastcoord
+from fastcoord.client.consumer_fleet import CONSUMER_WANTED
 from fastcoord.client.fleet import FleetConfig
 from fastcoord.loadtest import faults, scenarios, worker
 from fastcoord.loadtest.aggregate import Aggregator, Thresholds
 from fastcoord.loadtest.display import LiveDisplay, print_summary
+from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.messages import MetadataRequest, MetadataResponse
 
 PASSED, EXCEEDED, CANNOT_START, CUT_SHORT, INTERRUPTED = 0, 1, 2, 3, 130
@@ -67,6 +69,7 @@ class Options:
     max_p99_ms: float | None
     faults: Path | None = None  # a schedule of faults (loadtest/faults.py)
     admin: str | None = None  # the server's admin port, HOST:PORT, that adds them
+    group_protocol: str = "classic"  # or "consumer": Kafka's consumer group protocol (KIP-848)
 
 
 class CannotStart(Exception):
@@ -101,9 +104,12 @@ def check_file_limit(o: Options) -> None:
     )
 
 
-async def _probe(address: tuple[str, int], timeout_s: float) -> str | None:
-    """The broker's cluster id, from a Metadata request on a fresh connection."""
-    connection = Connection(address)
+async def _probe(
+    address: tuple[str, int], timeout_s: float, wanted: dict[int, int] | None = None
+) -> tuple[str | None, dict[int, int]]:
+    """The broker's cluster id, from a Metadata request on a fresh connection, and the
+    versions of `wanted` (default: the classic members') it serves."""
+    connection = Connection(address, wanted=wanted)
     await connection.open(timeout_s)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(connection.run)
@@ -111,20 +117,32 @@ async def _probe(address: tuple[str, int], timeout_s: float) -> str | None:
         response, _ = await connection.ask(request, timeout_s)
         connection.close()
     assert isinstance(response, MetadataResponse)
-    return response.cluster_id
+    return response.cluster_id, connection.versions
 
 
 def probe(o: Options, address: tuple[str, int]) -> bool:
     """Whether the server is fastcoord; CannotStart when it cannot be reached."""
+    consumer = o.group_protocol == "consumer"
     try:
-        cluster_id = trio.run(_probe, address, 10.0)
+        cluster_id, versions = trio.run(
+            _probe, address, 10.0, CONSUMER_WANTED if consumer else None
+        )
     except Exception as exc:
         raise CannotStart(
             f"cannot reach the bootstrap {address[0]}:{address[1]} ({connect_reason(exc)}): "
             "is the server running, and is --bootstrap its address?"
         ) from None
     fastcoord = is_fastcoord(cluster_id)
-    if o.members_per_connection > 1 and not fastcoord:
+    if consumer and ApiKey.CONSUMER_GROUP_HEARTBEAT not in versions:
+        raise CannotStart(
+            f"--group-protocol consumer needs ConsumerGroupHeartbeat: the server at "
+            f"{address[0]}:{address[1]} (cluster id {cluster_id!r}) does not serve it. Use "
+            "--group-protocol classic, or a server of Kafka's consumer group protocol "
+            "(fastcoord, Kafka 4)."
+        )
+    # A consumer-protocol member never waits on a request (no JoinGroup), so members may
+    # share a connection whatever the server.
+    if o.members_per_connection > 1 and not fastcoord and not consumer:
         raise CannotStart(
             f"--members-per-connection {o.members_per_connection} needs fastcoord: the server at "
             f"{address[0]}:{address[1]} (cluster id {cluster_id!r}) is not, and Kafka mutes a "
@@ -163,6 +181,7 @@ def fleet_config(o: Options, address: tuple[str, int]) -> FleetConfig:
         topics=list(o.topics),
         partitions=o.partitions,
         seed=o.seed,
+        group_protocol=o.group_protocol,
     )
 
 

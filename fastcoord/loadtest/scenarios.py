@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import trio
 
-from fastcoord.client.fleet import Fleet, Seat
+from fastcoord.client import fleet as fleet_module
+from fastcoord.client.fleet import Fleet
 from fastcoord.client.member import State
 
 SCENARIOS = ("steady", "join-storm", "rolling-restart", "churn", "static")
@@ -25,6 +26,9 @@ SCENARIOS = ("steady", "join-storm", "rolling-restart", "churn", "static")
 # hold the loop for tens of seconds, with no answer read and no second reported meanwhile.
 CHUNK = 1_000
 _T = TypeVar("_T")
+# A seat of either protocol's member: scenarios start, stop and look at members, which both
+# kinds do alike.
+Seat: TypeAlias = fleet_module.Seat[Any]
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,18 @@ async def _static(fleet: Fleet, plan: Plan, seats: list[Seat], deadline: float) 
         fleet.crash(seat)
         fleet.call_later(plan.restart_pause_ms, lambda: fleet.start(seat))
 
-    await _at_rate(fleet, plan, seats, act)
+    def bounce(seat: Seat) -> None:
+        # A static member of the consumer protocol that vanishes without a word keeps its
+        # instance id taken until its session ends (its return is refused with
+        # UNRELEASED_INSTANCE_ID, fatal to a consumer); a restart is a close that says it
+        # will be back (epoch -2), then a new process under the same instance id.
+        def back() -> None:
+            seat.member.restart()
+            fleet.start(seat)
+
+        fleet.leave(seat, then=lambda: fleet.call_later(plan.restart_pause_ms, back))
+
+    await _at_rate(fleet, plan, seats, bounce if fleet.config.group_protocol == "consumer" else act)
 
 
 async def _at_rate(

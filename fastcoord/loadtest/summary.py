@@ -21,9 +21,16 @@ from fastcoord.protocol.errors import ErrorCode, error_name
 
 SCHEMA_VERSION = 1
 
-# The protocol's signals to a member (join again with this id; rejoin), not failures: listed
-# with the errors but left out of the error rate.
-SIGNALS = frozenset({ErrorCode.MEMBER_ID_REQUIRED, ErrorCode.REBALANCE_IN_PROGRESS})
+# The protocol's signals to a member (join again with this id; rejoin; commit again with the
+# member epoch the heartbeat just brought), not failures: listed with the errors but left
+# out of the error rate.
+SIGNALS = frozenset(
+    {
+        ErrorCode.MEMBER_ID_REQUIRED,
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.STALE_MEMBER_EPOCH,
+    }
+)
 # Requests that wait for the rest of the group by design: no latency limit applies to them.
 WAITING = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
 PERCENTILES = (("p50_ms", 50.0), ("p99_ms", 99.0), ("p99_9_ms", 99.9))

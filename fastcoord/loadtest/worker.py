@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection as Pipe
 import trio
 
 from fastcoord.client.connection import connect_reason
+from fastcoord.client.consumer_fleet import ConsumerFleet
 from fastcoord.client.fleet import Fleet, FleetAborted, FleetConfig
 from fastcoord.loadtest import scenarios
 from fastcoord.loadtest.stats import Recorder
@@ -55,7 +56,8 @@ def main(job: Job, pipe: Pipe) -> None:
 
 async def _run(job: Job, pipe: Pipe) -> None:
     recorder = Recorder(job.worker)
-    fleet = Fleet(job.fleet, recorder)
+    kind = ConsumerFleet if job.fleet.group_protocol == "consumer" else Fleet
+    fleet = kind(job.fleet, recorder)
     deadline = trio.current_time() + job.plan.duration_s - (time.time() - job.started_wall)
     async with trio.open_nursery() as nursery:
         try:

@@ -100,7 +100,7 @@ def consumer_group_heartbeat(
     except HeartbeatError as exc:
         call.respond(error_response(exc))
         return
-    commit(gm, call.result, call.now_ms, written, call.handle, response)
+    commit(gm, call.result, call.now_ms, written, call.handle, response, req.group_id)
     if response.member_epoch >= 0:
         _arm_timers(gm, req.group_id, response.member_id or "", call.now_ms)
 
@@ -112,35 +112,43 @@ def commit(
     written: list[Record],
     handle: object = None,
     response: ConsumerGroupHeartbeatResponse | None = None,
+    group_id: str | None = None,
 ) -> None:
     """Replay `written` into the groups now, ask for it to be made durable, and answer
-    once it is and every write before it (at once when there is nothing to wait for)."""
-    before = {r.key.group: _state(gm, r.key.group) for r in written}
+    once it is. An answer that writes nothing still reflects its group's records: it waits
+    for those not yet durable (an append of nothing completes after every append before
+    it), and goes at once when there are none, which is the steady heartbeat's case."""
+    groups = {r.key.group for r in written}
+    before = {g: _state(gm, g) for g in groups}
     for record in written:
         if isinstance(record.key, GroupMetadataKey):
             continue  # the Empty classic group it deletes has gone with the replay below
         gm.replay_consumer(record, now_ms)
-    for group_id, state in before.items():
-        _report(gm, result, now_ms, group_id, state)
-    if response is None:
-        if written:
-            gm.append(result, written, _ignore)
+    for g, state in before.items():
+        _report(gm, result, now_ms, g, state)
+    unsettled = gm.unsettled_writes
+    if not written and (group_id is None or not unsettled.get(group_id)):
+        if response is not None:
+            result.respond(handle, response)
         return
-    if not written and not gm.ctx.pending_writes():
-        result.respond(handle, response)
-        return
+    for g in groups:
+        unsettled[g] = unsettled.get(g, 0) + 1
 
     def stored(error: ErrorCode, now_ms: int, result: Result) -> None:
+        for g in groups:
+            left = unsettled[g] - 1
+            if left:
+                unsettled[g] = left
+            else:
+                del unsettled[g]
+        if response is None:
+            return
         if error == ErrorCode.NONE:
             result.respond(handle, response)
         else:
             result.respond(handle, ConsumerGroupHeartbeatResponse(error_code=storage_error(error)))
 
     gm.append(result, written, stored)
-
-
-def _ignore(error: ErrorCode, now_ms: int, result: Result) -> None:
-    return
 
 
 def _state(gm: GroupManager, group_id: str) -> tuple[int, ConsumerGroupState | None]:

@@ -30,6 +30,7 @@ from tests.core.consumer.harness import ConsumerHarness, Owned, assigned, partit
 NAMES = ["a", "b", "c", "d"]
 TOPICS = {"t": 5, "u": 3}
 SESSION_MS = 45_000
+REBALANCE_MS = 30_000  # the clients' RebalanceTimeoutMs
 # What tells a client it is no longer in the group: its member was fenced, or the group
 # itself was deleted (an Empty group without offsets goes at the next retention check).
 LOST = (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.GROUP_ID_NOT_FOUND)
@@ -43,6 +44,8 @@ class Client:
     owned: Owned = field(default_factory=dict)
     joined: bool = False
     needs_full: bool = False  # an answer was lost: the next heartbeat says everything
+    heard_ms: int = 0  # when the coordinator last answered it
+    reported: Owned | None = None  # what its last heartbeat said it owns
 
 
 class ConsumerGroupMachine(RuleBasedStateMachine):
@@ -58,25 +61,29 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
 
     def _send(self, client: Client, read_answer: bool = True, report: bool = False) -> None:
         """One heartbeat: a join while not in the group; everything after a lost answer or
-        a new subscription; else its epoch, and what it owns when `report`."""
+        a new subscription; else its epoch, and what it owns when that changed since it last
+        said (as Kafka's clients do) or when `report`."""
         joining = not client.joined
         full = joining or client.needs_full
         owned = None
-        if not joining and (full or report):
+        if not joining and (full or report or client.owned != client.reported):
             owned = partitions(client.owned)
+            client.reported = dict(client.owned)
         request = ConsumerGroupHeartbeatRequest(
             group_id="g",
             member_id=client.member_id,
             member_epoch=0 if joining else client.epoch,
-            rebalance_timeout_ms=30_000 if full else -1,
+            rebalance_timeout_ms=REBALANCE_MS if full else -1,
             subscribed_topic_names=list(client.topics) if full else None,
             topic_partitions=[] if joining else owned,
         )
         answer = self.h.request(request)
         if answer.error_code in LOST:
             client.owned, client.joined, client.epoch = {}, False, 0  # lost: rejoin
+            client.reported = None
             return
         assert answer.error_code == 0, answer
+        client.heard_ms = self.h.now
         if not read_answer:
             client.joined, client.needs_full = True, True
             return
@@ -120,17 +127,25 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         client.topics, client.needs_full = topics, True
         self._send(client)
 
+    def _sleep(self, ms: int) -> None:
+        """Time passes for the coordinator and every client alike. A client that has not
+        run (heard from the coordinator) for its rebalance timeout gives its partitions up
+        and leaves, as Kafka's consumer does when its poll interval expires: by then the
+        coordinator may have fenced it and handed them on."""
+        self.h.sleep(ms)
+        for client in self.clients.values():
+            if client.joined and self.h.now - client.heard_ms >= REBALANCE_MS:
+                # It leaves the group (its member may be gone already) and will join anew.
+                self.h.exit(client.member_id)
+                client.owned, client.joined, client.epoch, client.reported = {}, False, 0, None
+
     @rule(ms=st.integers(1, 20_000))
     def sleep(self, ms: int) -> None:
-        self.h.sleep(ms)
+        self._sleep(ms)
 
     @rule(ms=st.integers(SESSION_MS, SESSION_MS + 5_000))
     def everyone_falls_silent(self, ms: int) -> None:
-        self.h.sleep(ms)
-        for client in self.clients.values():
-            # Kafka's client gives its partitions up when it has not heard from the
-            # coordinator within its session (it is about to be fenced).
-            client.owned = {}
+        self._sleep(ms)
 
     @rule()
     def a_topic_is_created(self) -> None:
@@ -190,7 +205,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
                 for client in list(self.clients.values()):
                     self._send(client, report=True)
                     self.no_partition_is_consumed_twice()
-            self.h.sleep(15_000)
+            self._sleep(15_000)
         group = self.h.consumer_group()
         if not self.clients or group is None:
             return

@@ -342,3 +342,35 @@ def test_replaying_the_records_rebuilds_the_groups() -> None:
     h.exit("b")
     h.sleep(1_000)
     assert h.replayed().snapshot() == h.co.snapshot()
+
+
+def test_an_answer_waits_for_the_writes_it_reflects_and_only_those() -> None:
+    h = ConsumerHarness()
+    h.enter("a")
+    h.enter("other", group_id="g2")
+    h.hold_appends = True
+    joining = h.send(
+        ConsumerGroupHeartbeatRequest(
+            group_id="g",
+            member_id="b",
+            member_epoch=0,
+            rebalance_timeout_ms=30_000,
+            subscribed_topic_names=["t"],
+            topic_partitions=[],
+        ),
+        1,
+    )
+    assert h.answer(joining) is None  # its records are not durable yet
+    # a's heartbeat writes nothing, but its answer (the new target) follows b's records.
+    waiting = h.send(ConsumerGroupHeartbeatRequest(group_id="g", member_id="a", member_epoch=1), 1)
+    assert h.answer(waiting) is None
+    # Another group's steady heartbeat has nothing to wait for.
+    other = h.send(
+        ConsumerGroupHeartbeatRequest(group_id="g2", member_id="other", member_epoch=1), 1
+    )
+    assert h.answer(other).error_code == 0
+    h.ack()
+    assert h.answer(joining).member_epoch == 2 and h.answer(waiting) is None
+    h.ack()
+    assert h.answer(waiting).error_code == 0
+    assert h.held == [] and h.co.group_manager.unsettled_writes == {}
