@@ -15,7 +15,7 @@ import uuid
 from collections import Counter
 
 from fastcoord.core.consumer.assignment import Assignment
-from fastcoord.core.consumer.reconciliation import CurrentAssignment, MemberState, PartitionEpochs
+from fastcoord.core.consumer.reconciliation import CurrentAssignment, PartitionEpochs
 
 
 class ConsumerGroupState(enum.Enum):
@@ -87,6 +87,9 @@ class ConsumerGroup:
         self.assignors: Counter[str] = Counter()
         self.state = ConsumerGroupState.EMPTY
         self.state_timestamp_ms = now_ms
+        # Members not reconciled to the target assignment's epoch: kept as members change,
+        # so that the group's state is known without a walk over its members.
+        self.unreconciled: set[str] = set()
         # Soft state: the topic image version the group's metadata hash was computed at,
         # the epoch each member was given to revoke partitions by, and when the rebalance
         # under way began.
@@ -109,6 +112,7 @@ class ConsumerGroup:
         self._count(member, 1)
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
+        self._track(member)
         self.update_state(now_ms)
 
     def update_assignment(
@@ -117,6 +121,7 @@ class ConsumerGroup:
         """A member's current assignment changes: who holds what changes with it."""
         self.partition_epochs.update_member(member.current, new)
         member.current = new
+        self._track(member)
         self.update_state(now_ms)
 
     def remove_member(self, member_id: str, now_ms: int) -> None:
@@ -127,7 +132,21 @@ class ConsumerGroup:
         ):
             del self.static_members[member.instance_id]
         self.revoking_at.pop(member_id, None)
+        self.unreconciled.discard(member_id)
         self.update_state(now_ms)
+
+    def set_assignment_epoch(self, epoch: int, now_ms: int) -> None:
+        self.assignment_epoch = epoch
+        self.unreconciled.clear()
+        for member in self.members.values():
+            self._track(member)
+        self.update_state(now_ms)
+
+    def _track(self, member: ConsumerMember) -> None:
+        if member.current.is_reconciled_to(self.assignment_epoch):
+            self.unreconciled.discard(member.member_id)
+        else:
+            self.unreconciled.add(member.member_id)
 
     def _count(self, member: ConsumerMember, n: int) -> None:
         for name in member.subscribed_topic_names:
@@ -149,11 +168,7 @@ class ConsumerGroup:
             state = ConsumerGroupState.EMPTY
         elif self.group_epoch > self.assignment_epoch:
             state = ConsumerGroupState.ASSIGNING
-        elif any(
-            m.current.state is not MemberState.STABLE
-            or m.current.member_epoch != self.assignment_epoch
-            for m in self.members.values()
-        ):
+        elif self.unreconciled:
             state = ConsumerGroupState.RECONCILING
         else:
             state = ConsumerGroupState.STABLE

@@ -314,12 +314,17 @@ def _heartbeat(
         if updated.subscribed_topic_regex:
             _check_regex(updated.subscribed_topic_regex)
         bump = True
-    members = dict(group.members)
-    if replaced is not None:
-        del members[replaced.member_id]
-    members[updated.member_id] = updated
     group_epoch = group.group_epoch
-    if bump or group.image_version != gm.topics.version():
+    refresh = bump or group.image_version != gm.topics.version()
+    members = group.members
+    if refresh or group_epoch > group.assignment_epoch:
+        # The group as it will be: a copy, built only when the group's subscriptions or
+        # assignment are looked at (a steady heartbeat looks at neither).
+        members = dict(group.members)
+        if replaced is not None:
+            del members[replaced.member_id]
+        members[updated.member_id] = updated
+    if refresh:
         metadata_hash = _metadata_hash(subscribed_topics(gm, members.values()))
         if metadata_hash != group.metadata_hash:
             bump = True
@@ -370,7 +375,7 @@ def _heartbeat(
             "member_joined",
             group_id,
             member_id=updated.member_id,
-            members=len(members),
+            members=len(group.members) + 1,
         )
     return written, response
 

@@ -181,11 +181,10 @@ def replay(
         if value is None:
             if group.members:
                 raise ReplayError(f"target assignment of group {group_id} deleted with members")
-            group.assignment_epoch = -1
+            group.set_assignment_epoch(-1, now_ms)
         else:
             assert isinstance(value, ConsumerGroupTargetAssignmentMetadataValue)
-            group.assignment_epoch = value.assignment_epoch
-        group.update_state(now_ms)
+            group.set_assignment_epoch(value.assignment_epoch, now_ms)
     elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
         if value is None:
             group.target.pop(key.member_id, None)

@@ -179,6 +179,11 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
             for ps in (*m.current.assigned.values(), *m.current.pending_revocation.values())
         )
         assert held == len(group.partition_epochs)
+        assert group.unreconciled == {
+            m.member_id
+            for m in group.members.values()
+            if not m.current.is_reconciled_to(group.assignment_epoch)
+        }
         assert group.group_epoch >= self.group_epoch
         self.group_epoch = group.group_epoch
         for member_id, member in group.members.items():
