@@ -46,7 +46,7 @@ def _metavar(setting: Any) -> str:
         return "{" + ",".join(typing.get_args(base)) + "}"
     if base is bool:
         return "BOOL"
-    if typing.get_origin(base) is list:
+    if typing.get_origin(base) in (list, tuple):
         return "NAME,..."
     if setting.doc.unit in ("ms", "bytes", "minutes"):
         return str(setting.doc.unit.upper())
@@ -56,8 +56,9 @@ def _metavar(setting: Any) -> str:
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
     from fastcoord import config
+    from fastcoord.setting import SECTIONS
 
-    groups = {name: parser.add_argument_group(f"{name} settings") for name in config.SECTIONS}
+    groups = {name: parser.add_argument_group(f"{name} settings") for name in SECTIONS}
     for setting in config.SETTINGS:
         doc = setting.doc
         allowed = config.allowed(setting.name)

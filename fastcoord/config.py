@@ -14,58 +14,38 @@ from __future__ import annotations
 
 import tomllib
 import typing
-from collections.abc import Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 
-from fastcoord.core.config import INT32_MAX, GroupConfig
+from fastcoord.core.config import GroupConfig
 from fastcoord.faults import FaultError, FaultRule, compile_rule
+from fastcoord.setting import (
+    ADMIN,
+    INT32_MAX,
+    LIMITS,
+    LISTENER,
+    LOGGING,
+    OFFSETS_LOG,
+    TOPICS,
+    Doc,
+    kafka_name,
+)
+from fastcoord.setting import bounded as _int
 
-_GROUP = GroupConfig()  # the coordinator's settings: their defaults are defined there, once
-
-LISTENER = "listener"
-TOPICS = "topics"
-GROUPS = "groups"
-OFFSETS_LOG = "offsets log"
-LIMITS = "limits"
-LOGGING = "logging"
-ADMIN = "admin"
-SECTIONS = (LISTENER, TOPICS, GROUPS, OFFSETS_LOG, LIMITS, LOGGING, ADMIN)
-
-UNBOUNDED = {"unbounded": INT32_MAX}
 TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")
-
-
-class Doc(NamedTuple):
-    """What --help says of a setting. `words` are values a user may write as a word (and
-    that --help and --print-config show as that word); `default` replaces the default's
-    rendering where the stored value would mislead (an empty string meaning "the host")."""
-
-    section: str
-    meaning: str
-    unit: str = ""
-    words: Mapping[str, Any] = {}
-    default: str | None = None
-
-
-def _int(lo: int, hi: int = INT32_MAX) -> msgspec.Meta:
-    return msgspec.Meta(ge=lo, le=hi)
-
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
-def kafka_name(field: str) -> str:
-    return field.replace("_", ".")
-
-
 class ServerConfig(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, rename=kafka_name
+    GroupConfig, frozen=True, kw_only=True, forbid_unknown_fields=True, rename=kafka_name
 ):
+    """The coordinator's settings (GroupConfig, declared in the core) and the server's."""
+
     # -- listener
     host: Annotated[
         str, Doc(LISTENER, "address to listen on: a name or IP address of this machine")
@@ -96,73 +76,7 @@ class ServerConfig(
     num_partitions: Annotated[
         int, _int(1, 10_000), Doc(TOPICS, "partitions of a topic created on request")
     ] = 1
-    # -- groups (Kafka's broker settings for the group coordinator)
-    group_min_session_timeout_ms: Annotated[
-        int, _int(0), Doc(GROUPS, "shortest session timeout a member may ask for", "ms")
-    ] = _GROUP.group_min_session_timeout_ms
-    group_max_session_timeout_ms: Annotated[
-        int, _int(0), Doc(GROUPS, "longest session timeout a member may ask for", "ms")
-    ] = _GROUP.group_max_session_timeout_ms
-    group_initial_rebalance_delay_ms: Annotated[
-        int,
-        _int(0),
-        Doc(GROUPS, "how long an empty group's first rebalance waits for more members", "ms"),
-    ] = _GROUP.group_initial_rebalance_delay_ms
-    group_max_size: Annotated[int, _int(1), Doc(GROUPS, "members per group", words=UNBOUNDED)] = (
-        _GROUP.group_max_size
-    )
-    offsets_retention_minutes: Annotated[
-        int,
-        _int(1),
-        Doc(GROUPS, "committed offsets of a group without members expire after", "minutes"),
-    ] = _GROUP.offsets_retention_minutes
-    offsets_retention_check_interval_ms: Annotated[
-        int, _int(1), Doc(GROUPS, "how often expired offsets are looked for", "ms")
-    ] = _GROUP.offsets_retention_check_interval_ms
-    offset_metadata_max_bytes: Annotated[
-        int, _int(0), Doc(GROUPS, "longest metadata string of a committed offset", "bytes")
-    ] = _GROUP.offset_metadata_max_bytes
-    offsets_topic_num_partitions: Annotated[
-        int,
-        _int(1, 10_000),
-        Doc(GROUPS, "coordinator partitions: a group's is abs(hashCode(group id)) % this"),
-    ] = _GROUP.offsets_topic_num_partitions
-    # -- consumer groups (the consumer group protocol, KIP-848)
-    group_consumer_heartbeat_interval_ms: Annotated[
-        int, _int(1), Doc(GROUPS, "consumer group protocol: how often members heartbeat", "ms")
-    ] = _GROUP.group_consumer_heartbeat_interval_ms
-    group_consumer_min_heartbeat_interval_ms: Annotated[
-        int, _int(1), Doc(GROUPS, "consumer group protocol: shortest heartbeat interval", "ms")
-    ] = _GROUP.group_consumer_min_heartbeat_interval_ms
-    group_consumer_max_heartbeat_interval_ms: Annotated[
-        int, _int(1), Doc(GROUPS, "consumer group protocol: longest heartbeat interval", "ms")
-    ] = _GROUP.group_consumer_max_heartbeat_interval_ms
-    group_consumer_session_timeout_ms: Annotated[
-        int,
-        _int(1),
-        Doc(GROUPS, "consumer group protocol: a silent member is fenced after", "ms"),
-    ] = _GROUP.group_consumer_session_timeout_ms
-    group_consumer_min_session_timeout_ms: Annotated[
-        int, _int(1), Doc(GROUPS, "consumer group protocol: shortest session timeout", "ms")
-    ] = _GROUP.group_consumer_min_session_timeout_ms
-    group_consumer_max_session_timeout_ms: Annotated[
-        int, _int(1), Doc(GROUPS, "consumer group protocol: longest session timeout", "ms")
-    ] = _GROUP.group_consumer_max_session_timeout_ms
-    group_consumer_max_size: Annotated[
-        int,
-        _int(1),
-        Doc(GROUPS, "consumer group protocol: members per group", words=UNBOUNDED),
-    ] = _GROUP.group_consumer_max_size
-    group_consumer_assignors: Annotated[
-        list[Literal["uniform", "range"]],
-        Doc(
-            GROUPS,
-            "consumer group protocol: server-side assignors a member may name, the first "
-            "the default",
-        ),
-    ] = msgspec.field(
-        default_factory=lambda: typing.cast(Any, list(_GROUP.group_consumer_assignors))
-    )
+    # -- groups: GroupConfig's (the core declares its own settings)
     # -- the offsets log (storage)
     data_dir: Annotated[
         str, Doc(OFFSETS_LOG, "directory of the offsets log, its lock and the event log")
@@ -315,9 +229,8 @@ class ServerConfig(
                 raise ValueError(f"fault: {exc}") from None
 
     def group_config(self) -> GroupConfig:
-        values = {name: getattr(self, name) for name in GroupConfig.__struct_fields__}
-        values["group_consumer_assignors"] = tuple(self.group_consumer_assignors)
-        return GroupConfig(**values)
+        """The core's part alone, as a GroupConfig."""
+        return GroupConfig(**{name: getattr(self, name) for name in GroupConfig.__struct_fields__})
 
     def declared_topics(self) -> dict[str, int]:
         return dict(parse_topic(t) for t in self.topics)
@@ -393,7 +306,7 @@ def render(setting: Setting, value: Any) -> str:
             return word
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return ",".join(map(str, value)) or "none"
     return str(value)
 
@@ -431,8 +344,8 @@ def allowed(name: str) -> str:
     for base, meta in setting.kinds():
         if typing.get_origin(base) is Literal:
             parts.extend(map(str, typing.get_args(base)))
-        elif typing.get_origin(base) is list and typing.get_origin(typing.get_args(base)[0]) is (
-            Literal
+        elif typing.get_origin(base) in (list, tuple) and (
+            typing.get_origin(typing.get_args(base)[0]) is Literal
         ):
             names = ", ".join(typing.get_args(typing.get_args(base)[0]))
             parts.append(f"a comma-separated list of {names}")
@@ -464,7 +377,7 @@ def _words(values: dict[str, Any]) -> dict[str, Any]:
             continue
         if setting is None or not isinstance(value, str):
             continue
-        if typing.get_origin(_unwrap(setting.type)[0]) is list:
+        if typing.get_origin(_unwrap(setting.type)[0]) in (list, tuple):
             out[name] = [v.strip() for v in value.split(",") if v.strip()]  # a flag's list
             continue
         if value in setting.doc.words:
@@ -549,7 +462,7 @@ def _toml_value(value: Any) -> str:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
