@@ -1,9 +1,9 @@
 """Consumer groups against clients that behave as real ones do, in virtual time.
 
 Hypothesis drives members of the consumer group protocol: they join, heartbeat (telling
-what they own, or not), lose answers (and then send a full heartbeat, as Kafka's client
-does after a timeout), leave, fall silent past their session, change subscriptions, and
-topics are created. A client consumes exactly what the last answer it read gave it.
+what they own when it changed, or always), lose answers (and send the full heartbeat again
+at once, as Kafka's client does when its connection drops), leave, fall silent past their
+rebalance timeout or session, change subscriptions, and topics are created. A client consumes exactly what the last answer it read gave it.
 After every step:
 - no partition is consumed by two clients at once, and the coordinator's partition epochs
   match what its members hold;
@@ -83,10 +83,10 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
             client.reported = None
             return
         assert answer.error_code == 0, answer
-        client.heard_ms = self.h.now
         if not read_answer:
             client.joined, client.needs_full = True, True
             return
+        client.heard_ms = self.h.now
         client.joined, client.needs_full = True, False
         client.epoch = answer.member_epoch
         given = assigned(answer, self.h.topics)
@@ -110,7 +110,11 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.clients)
     @rule(data=st.data())
     def lose_an_answer(self, data: st.DataObject) -> None:
-        self._send(self.clients[data.draw(st.sampled_from(sorted(self.clients)))], False)
+        """The answer is lost (its connection closed, say): the client sends the full
+        request again at once, at the epoch it knows, as Kafka's clients do."""
+        client = self.clients[data.draw(st.sampled_from(sorted(self.clients)))]
+        self._send(client, False)
+        self._send(client)
 
     @precondition(lambda self: self.clients)
     @rule(data=st.data())
