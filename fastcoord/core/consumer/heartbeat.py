@@ -118,6 +118,11 @@ def commit(
     once it is. An answer that writes nothing still reflects its group's records: it waits
     for those not yet durable (an append of nothing completes after every append before
     it), and goes at once when there are none, which is the steady heartbeat's case."""
+    unsettled = gm.unsettled_writes
+    if not written and (group_id is None or group_id not in unsettled):
+        if response is not None:
+            result.respond(handle, response)
+        return
     groups = {r.key.group for r in written}
     before = {g: _state(gm, g) for g in groups}
     for record in written:
@@ -126,11 +131,6 @@ def commit(
         gm.replay_consumer(record, now_ms)
     for g, state in before.items():
         _report(gm, result, now_ms, g, state)
-    unsettled = gm.unsettled_writes
-    if not written and (group_id is None or not unsettled.get(group_id)):
-        if response is not None:
-            result.respond(handle, response)
-        return
     for g in groups:
         unsettled[g] = unsettled.get(g, 0) + 1
 
@@ -277,31 +277,7 @@ def _heartbeat(
             gm.cancel(session_key(group_id, replaced.member_id))
             gm.cancel(revocation_key(group_id, replaced.member_id))
 
-    updated = dataclasses.replace(
-        member,
-        instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
-        rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
-        rebalance_timeout_ms=(
-            req.rebalance_timeout_ms
-            if req.rebalance_timeout_ms != -1
-            else member.rebalance_timeout_ms
-        ),
-        server_assignor=(
-            req.server_assignor if req.server_assignor is not None else member.server_assignor
-        ),
-        subscribed_topic_names=(
-            tuple(req.subscribed_topic_names)
-            if req.subscribed_topic_names is not None
-            else member.subscribed_topic_names
-        ),
-        subscribed_topic_regex=(
-            req.subscribed_topic_regex
-            if req.subscribed_topic_regex is not None
-            else member.subscribed_topic_regex
-        ),
-        client_id=call.client_id,
-        client_host=call.client_host,
-    )
+    updated = _updated(member, req, call.client_id, call.client_host)
 
     # 1. The member: written if it changed; a new subscription starts a new group epoch.
     bump = group.group_epoch == 0
@@ -378,6 +354,49 @@ def _heartbeat(
             members=len(group.members) + 1,
         )
     return written, response
+
+
+def _updated(
+    member: ConsumerMember, req: ConsumerGroupHeartbeatRequest, client_id: str, client_host: str
+) -> ConsumerMember:
+    """The member with what the request changes (a null field changes nothing): the member
+    itself when nothing changes, as in a steady heartbeat."""
+    if (
+        req.instance_id is None
+        and req.rack_id is None
+        and req.rebalance_timeout_ms == -1
+        and req.server_assignor is None
+        and req.subscribed_topic_names is None
+        and req.subscribed_topic_regex is None
+        and client_id == member.client_id
+        and client_host == member.client_host
+    ):
+        return member
+    return dataclasses.replace(
+        member,
+        instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
+        rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
+        rebalance_timeout_ms=(
+            req.rebalance_timeout_ms
+            if req.rebalance_timeout_ms != -1
+            else member.rebalance_timeout_ms
+        ),
+        server_assignor=(
+            req.server_assignor if req.server_assignor is not None else member.server_assignor
+        ),
+        subscribed_topic_names=(
+            tuple(req.subscribed_topic_names)
+            if req.subscribed_topic_names is not None
+            else member.subscribed_topic_names
+        ),
+        subscribed_topic_regex=(
+            req.subscribed_topic_regex
+            if req.subscribed_topic_regex is not None
+            else member.subscribed_topic_regex
+        ),
+        client_id=client_id,
+        client_host=client_host,
+    )
 
 
 def _group(
