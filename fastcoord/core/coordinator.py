@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from types import MethodType
 from typing import Any
 
 from fastcoord.core import admin, cleanup, offsets
@@ -96,6 +97,14 @@ class Coordinator:
         self.offset_manager = OffsetManager(self.runtime, GroupsView(self.group_manager))
         self.groups: dict[str, Group] = self.group_manager.groups
         self.consumer_groups = self.group_manager.consumer_groups
+        # heartbeat(group_id, member_id, generation, group_instance_id, version, now_ms): a
+        # Heartbeat's error code. Heartbeats produce no records, timers or events, so the
+        # server calls this directly, without a Result; bound to the group manager here
+        # rather than wrapped in a method (a frame less), as it is the server's most
+        # frequent call into the core.
+        self.heartbeat: Callable[[str, str, int, str | None, int, int], int] = MethodType(
+            session.heartbeat_code, self.group_manager
+        )
         self._handlers: dict[type[Request | OffsetCommitBatch], Callable[[Call, Any], None]] = {
             JoinGroupRequest: self._on(join.join_group, self.group_manager),
             SyncGroupRequest: self._on(sync.sync_group, self.group_manager),
@@ -174,21 +183,6 @@ class Coordinator:
         finally:
             self.runtime.end()
         return result
-
-    def heartbeat(
-        self,
-        group_id: str,
-        member_id: str,
-        generation: int,
-        group_instance_id: str | None,
-        version: int,
-        now_ms: int,
-    ) -> int:
-        """A Heartbeat's error code. Heartbeats produce no records, timers or events, so
-        the server calls this directly, without a Result."""
-        return session.heartbeat_code(
-            self.group_manager, group_id, member_id, generation, group_instance_id, version, now_ms
-        )
 
     def heartbeat_answers(self) -> dict[int, int]:
         """{error code: heartbeats answered with it}, every path counted once."""

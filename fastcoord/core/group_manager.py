@@ -51,6 +51,9 @@ class GroupManager:
         self.table = table
         self.new_member_id = new_member_id
         self.heartbeat_fallbacks: dict[int, int] = {}  # heartbeats the table left, by answer
+        # Whether the member table may answer heartbeats alone (nothing loading or
+        # unloaded): the runtime's, bound, as every heartbeat asks.
+        self.serves_all: Callable[[], bool] = ctx.serves_all
 
     # -- groups ---------------------------------------------------------------------------
 
@@ -111,11 +114,6 @@ class GroupManager:
 
     def event(self, result: Result, now_ms: int, kind: str, group: Group, **fields: Any) -> None:
         self.ctx.event(result, now_ms, kind, group.group_id, **fields)
-
-    def serves_all(self) -> bool:
-        """Whether the member table may answer heartbeats alone: nothing loading or
-        unloaded."""
-        return self.ctx.serves_all()
 
     def group_status_error(
         self, group_id: str, request: Request | OffsetCommitBatch
