@@ -3,8 +3,8 @@
 Hypothesis drives members of the consumer group protocol: they join, heartbeat (telling
 what they own when it changed, or always), lose answers (and send the full heartbeat again
 at once, as Kafka's client does when its connection drops), leave, fall silent past their
-rebalance timeout or session, change subscriptions, and topics are created. A client consumes exactly what the last answer it read gave it.
-After every step:
+rebalance timeout or session, change subscriptions, and topics are created. A client
+consumes exactly what the last answer it read gave it. After every step:
 - no partition is consumed by two clients at once, and the coordinator's partition epochs
   match what its members hold;
 - member epochs and the group epoch never go back;
