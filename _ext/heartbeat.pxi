@@ -16,9 +16,30 @@
 #   HeartbeatResponse v0:   error_code:int16
 #   HeartbeatResponse v1-3: throttle_time_ms:int32 error_code:int16
 #   HeartbeatResponse v4:   v3 + tagged fields
+#
+# And the ConsumerGroupHeartbeat that changes nothing (ConsumerGroupHeartbeatRequest.json,
+# ConsumerGroupHeartbeatResponse.json; flexible from v0, so header v2 and response header v1):
+#
+#   ConsumerGroupHeartbeatRequest v0:  group_id:compact string member_id:compact string
+#       member_epoch:int32 instance_id rack_id:compact nullable string (null: 0)
+#       rebalance_timeout_ms:int32 (-1) subscribed_topic_names:compact nullable array (null)
+#       server_assignor:compact nullable string (null) topic_partitions:compact nullable
+#       array (null) tagged fields
+#   v1:  as v0 with subscribed_topic_regex:compact nullable string (null) after the names
+#   ConsumerGroupHeartbeatResponse v0-1:  throttle_time_ms:int32 error_code:int16
+#       error_message:compact nullable string member_id:compact nullable string
+#       member_epoch:int32 heartbeat_interval_ms:int32 assignment:nullable struct (int8 -1)
+#       tagged fields
+
+from fastcoord.protocol.messages import ConsumerGroupHeartbeatRequest
+
+cdef object _ConsumerGroupHeartbeatRequest = ConsumerGroupHeartbeatRequest
 
 cdef enum:
     HEARTBEAT = 12
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_MAX_VERSION = 1
+    CONSUMER_FIRST_REGEX = 1
     MAX_VERSION = 4
     FIRST_FLEXIBLE = 4
     INT16_MAX = 0x7FFF
@@ -98,6 +119,53 @@ cdef tuple _parse_heartbeat(Cursor* c, Numbers* numbers):
     return (client_id, group_id, member_id, group_instance_id)
 
 
+cdef struct Consumer:
+    int version
+    int32_t correlation_id
+    int32_t member_epoch
+    Py_ssize_t member_at  # the member id as the request has it (its length first)
+    Py_ssize_t member_size
+
+
+cdef inline int expect_null(Cursor* c) except -1:
+    # A compact nullable string or array that is null; anything else is irregular.
+    if read_uvarint_small(c) != 0:
+        raise _Irregular()
+    return 0
+
+
+cdef tuple _parse_consumer_heartbeat(Cursor* c, Consumer* numbers):
+    """(client id, group id, member id) of a well-formed ConsumerGroupHeartbeat frame whose
+    optional fields are all null, its numbers in `numbers`; anything else (another frame, or
+    one that changes something) raises _Irregular. The cursor is left at the end of the
+    message."""
+    cdef int16_t api_key, version
+    api_key = read_int16(c)
+    version = read_int16(c)
+    numbers.version = version
+    numbers.correlation_id = read_int32(c)
+    if api_key != CONSUMER_GROUP_HEARTBEAT or version < 0 or version > CONSUMER_MAX_VERSION:
+        raise _Irregular()
+    client_id = read_string(c, True, _client_id)
+    expect_no_tagged_fields(c)
+    group_id = read_compact_string(c, False, _group_id)
+    numbers.member_at = c.pos
+    member_id = read_compact_string(c, False, _member_id)
+    numbers.member_size = c.pos - numbers.member_at
+    numbers.member_epoch = read_int32(c)
+    expect_null(c)  # instance id
+    expect_null(c)  # rack id
+    if read_int32(c) != -1:  # rebalance timeout
+        raise _Irregular()
+    expect_null(c)  # subscribed topic names
+    if version >= CONSUMER_FIRST_REGEX:
+        expect_null(c)  # subscribed topic regex
+    expect_null(c)  # server assignor
+    expect_null(c)  # topic partitions
+    expect_no_tagged_fields(c)
+    return (client_id, group_id, member_id)
+
+
 cdef inline void _put32(char* q, int32_t v) noexcept:
     q[0] = <char>((v >> 24) & 0xFF)
     q[1] = <char>((v >> 16) & 0xFF)
@@ -140,19 +208,116 @@ cdef inline char* _write_response(
         q += 1
     return q
 
+cdef inline char* _write_consumer_response(
+    char* q, int32_t correlation_id, const uint8_t* member, Py_ssize_t member_size,
+    int32_t member_epoch, int32_t interval,
+) noexcept:
+    """Write the answer to a ConsumerGroupHeartbeat that changes nothing at q, size prefix
+    included (the member id copied as the request encoded it); returns its end."""
+    _put32(q, <int32_t>(22 + member_size))
+    _put32(q + 4, correlation_id)
+    q[8] = 0  # the header's tagged fields
+    _put32(q + 9, 0)  # throttle time
+    _put16(q + 13, 0)  # error code
+    q[15] = 0  # error message: null
+    memcpy(q + 16, member, member_size)
+    q += 16 + member_size
+    _put32(q, member_epoch)
+    _put32(q + 4, interval)
+    q[8] = <char>0xFF  # assignment: null, unchanged
+    q[9] = 0  # tagged fields
+    return q + 10
+
+
+cdef Py_ssize_t answer_consumer(
+    const uint8_t* p, Py_ssize_t size, object table, int64_t now_ms, object client_host,
+    char* out, Py_ssize_t* written, int32_t* interval,
+) except -2:
+    """Answer the ConsumerGroupHeartbeat frame at p (after its size prefix) if the member
+    table answers it alone: 1 if answered (its answer written at out + written[0]), 0 if
+    the full path must. `interval` is the table's heartbeat interval, read on first use."""
+    cdef Cursor cur
+    cdef Consumer numbers
+    cur.p = p
+    cur.pos = 0
+    cur.end = size
+    cdef const uint8_t* member
+    cdef bytes encoded = None
+    try:
+        strings = _parse_consumer_heartbeat(&cur, &numbers)
+        if cur.pos != cur.end:
+            return 0  # bytes after the message: the full path logs them
+        member = p + numbers.member_at
+    except _Irregular:
+        # The schema-driven codec decides, as in the twin (tagged fields, say, are no
+        # change); the member id is then encoded afresh.
+        try:
+            header, request, extra = _decode_generic(PyBytes_FromStringAndSize(<const char*>p, size))
+        except ProtocolError:
+            return 0
+        if extra or not _changes_nothing(request):
+            return 0
+        numbers.version = header.api_version
+        numbers.correlation_id = header.correlation_id
+        numbers.member_epoch = request.member_epoch
+        strings = (header.client_id, request.group_id, request.member_id)
+        encoded = _compact_string(request.member_id)
+        member = <const uint8_t*>PyBytes_AS_STRING(encoded)
+        numbers.member_size = PyBytes_GET_SIZE(encoded)
+    if numbers.member_epoch <= 0:
+        return 0
+    cdef int code = table.consumer_heartbeat_id(
+        strings[1], strings[2], numbers.member_epoch, strings[0], client_host, now_ms
+    )
+    if code != 0:
+        return 0
+    if interval[0] < 0:
+        interval[0] = table.consumer_heartbeat_interval_ms
+    cdef char* q = out + written[0]
+    written[0] = _write_consumer_response(
+        q, numbers.correlation_id, member, numbers.member_size, numbers.member_epoch,
+        interval[0],
+    ) - out
+    return 1
+
+
+cdef bint _changes_nothing(object request):
+    """A decoded ConsumerGroupHeartbeat with every optional field null (the twin's test)."""
+    return (
+        type(request) is _ConsumerGroupHeartbeatRequest
+        and request.instance_id is None
+        and request.rack_id is None
+        and request.rebalance_timeout_ms == -1
+        and request.subscribed_topic_names is None
+        and request.subscribed_topic_regex is None
+        and request.server_assignor is None
+        and request.topic_partitions is None
+    )
+
+
+cdef bytes _compact_string(str value):
+    cdef bytes data = value.encode("utf-8")
+    cdef Py_ssize_t n = len(data) + 1
+    cdef bytearray out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out) + data
 
 
 cdef Py_ssize_t answer_run(
     const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_size, object table,
     int64_t now_ms, char* out, Py_ssize_t capacity, Py_ssize_t* written, Py_ssize_t* count,
-    list trailing,
+    list trailing, object client_host,
 ) except -1:
     """Answer the run of Heartbeat frames at buf[pos:end] that the member table answers
     alone; returns the position after the last frame answered.
 
     The contract is answer_heartbeats' (see the twin, fastcoord/protocol/hot_frames.py).
     Each answer is written at out + written[0], which moves past it, within `capacity`
-    bytes of out; count[0] counts the frames answered. The caller holds buf and out still:
+    bytes of out; count[0] counts the frames answered (ConsumerGroupHeartbeats that change
+    nothing among them, answered from `client_host`). The caller holds buf and out still:
     the table is Python code, and nothing it does may move them. Frames the fast decoder
     finds irregular are decoded by the schema-driven codec, so the run stops at the same
     frame as the twin's.
@@ -163,11 +328,22 @@ cdef Py_ssize_t answer_run(
     cdef Numbers numbers
     cdef int code
     cdef char* q
+    cdef int32_t interval = -1
     while end - pos >= 4:
         p = buf + pos
         size = <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
         if size < 2 or size > max_size or size > end - pos - 4:
             break
+        if ((p[4] << 8) | p[5]) == CONSUMER_GROUP_HEARTBEAT:
+            # Its answer is never longer than the frame: the caller's room suffices.
+            if capacity - written[0] < 4 + size:
+                break
+            if not answer_consumer(p + 4, size, table, now_ms, client_host, out, written,
+                                   &interval):
+                break
+            pos += 4 + size
+            count[0] += 1
+            continue
         if ((p[4] << 8) | p[5]) != HEARTBEAT:
             break
         if capacity - written[0] < MAX_RESPONSE:

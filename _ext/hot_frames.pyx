@@ -97,8 +97,9 @@ def encode_heartbeat_response(correlation_id, api_version, response):
 
 
 def answer_heartbeats(bytearray buf, Py_ssize_t pos, Py_ssize_t max_size, table, int64_t now_ms,
-                      bytearray out, list trailing):
-    """Answer the run of Heartbeat frames at buf[pos:] that the member table answers alone.
+                      bytearray out, list trailing, str client_host=""):
+    """Answer the run of Heartbeat frames (and ConsumerGroupHeartbeats that change nothing)
+    at buf[pos:] that the member table answers alone.
 
     See the twin (fastcoord/protocol/hot_frames.py) for the contract. Frames the fast
     decoder finds irregular are decoded by the schema-driven codec, so the run stops at
@@ -124,6 +125,7 @@ def answer_heartbeats(bytearray buf, Py_ssize_t pos, Py_ssize_t max_size, table,
             pos = answer_run(
                 <const uint8_t*>held_in.buf, pos, end, max_size, table, now_ms,
                 <char*>held_out.buf + start, capacity, &written, &count, trailing,
+                client_host,
             )
         finally:
             PyBuffer_Release(&held_out)

@@ -10,8 +10,11 @@ from Python is checked against the array bounds and the in-use flag before it is
 
 Layout (one entry per slot, arrays grown by doubling):
   members: deadline int64 | session_timeout int32 | rebalance_timeout int32 |
-           group int32 | flags uint8 (awaiting join 1, awaiting sync 2, new 4) | in_use uint8;  free member slots: a stack of int32
-  groups:  state uint8 | generation int32 | in_use uint8;  free group slots: a stack
+           group int32 | flags uint8 (awaiting join 1, awaiting sync 2, new 4, steady 8) |
+           epoch int32 | in_use uint8;  free member slots: a stack of int32;
+           client id, client host: lists of str (consumer members)
+  groups:  state uint8 (consumer groups: 5 open, 6 held) | generation int32 (a consumer
+           group's epoch) | in_use uint8;  free group slots: a stack
 """
 
 cimport cython
@@ -27,6 +30,8 @@ cdef enum:
     STATE_COMPLETING_REBALANCE_ = 2
     STATE_STABLE_ = 3
     STATE_DEAD_ = 4
+    STATE_CONSUMER_OPEN_ = 5
+    STATE_CONSUMER_HELD_ = 6
     FALLBACK_ = -1
     NONE_ = 0
     ILLEGAL_GENERATION_ = 22
@@ -35,12 +40,15 @@ cdef enum:
     AWAITING_JOIN_ = 1
     AWAITING_SYNC_ = 2
     NEW_ = 4
+    STEADY_ = 8
 
 STATE_EMPTY = STATE_EMPTY_
 STATE_PREPARING_REBALANCE = STATE_PREPARING_REBALANCE_
 STATE_COMPLETING_REBALANCE = STATE_COMPLETING_REBALANCE_
 STATE_STABLE = STATE_STABLE_
 STATE_DEAD = STATE_DEAD_
+STATE_CONSUMER_OPEN = STATE_CONSUMER_OPEN_
+STATE_CONSUMER_HELD = STATE_CONSUMER_HELD_
 FALLBACK = FALLBACK_
 NONE = NONE_
 ILLEGAL_GENERATION = ILLEGAL_GENERATION_
@@ -48,6 +56,7 @@ REBALANCE_IN_PROGRESS = REBALANCE_IN_PROGRESS_
 AWAITING_JOIN = AWAITING_JOIN_
 AWAITING_SYNC = AWAITING_SYNC_
 NEW = NEW_
+STEADY = STEADY_
 
 
 cdef void* grow(void* data, Py_ssize_t count, size_t item) except NULL:
@@ -64,6 +73,9 @@ cdef class MemberTable:
     cdef int32_t* _rebalance_timeout
     cdef int32_t* _group
     cdef uint8_t* _flags
+    cdef int32_t* _epoch
+    cdef list _client_id
+    cdef list _client_host
     cdef uint8_t* _in_use
     cdef int32_t* _free
     cdef Py_ssize_t _capacity
@@ -84,9 +96,14 @@ cdef class MemberTable:
     cdef int64_t _answered_none
     cdef int64_t _answered_rebalance
     cdef int64_t _answered_illegal
+    cdef int64_t _consumer_answered
+    # What consumer_heartbeat_id's answers carry (the group manager sets it).
+    cdef public int32_t consumer_heartbeat_interval_ms
 
     def __cinit__(self):
         self._index = {}
+        self._client_id = []
+        self._client_host = []
         self._grow_members(INITIAL_CAPACITY)
         self._grow_groups(INITIAL_CAPACITY)
 
@@ -96,6 +113,7 @@ cdef class MemberTable:
         PyMem_Free(self._rebalance_timeout)
         PyMem_Free(self._group)
         PyMem_Free(self._flags)
+        PyMem_Free(self._epoch)
         PyMem_Free(self._in_use)
         PyMem_Free(self._free)
         PyMem_Free(self._group_state)
@@ -111,6 +129,7 @@ cdef class MemberTable:
         )
         self._group = <int32_t*>grow(self._group, capacity, sizeof(int32_t))
         self._flags = <uint8_t*>grow(self._flags, capacity, sizeof(uint8_t))
+        self._epoch = <int32_t*>grow(self._epoch, capacity, sizeof(int32_t))
         self._in_use = <uint8_t*>grow(self._in_use, capacity, sizeof(uint8_t))
         self._free = <int32_t*>grow(self._free, capacity, sizeof(int32_t))
         self._capacity = capacity
@@ -187,11 +206,16 @@ cdef class MemberTable:
                 self._grow_members(self._capacity * 2)
             slot = self._used
             self._used += 1
+            self._client_id.append("")
+            self._client_host.append("")
         self._deadline[slot] = 0
         self._session_timeout[slot] = session_timeout_ms
         self._rebalance_timeout[slot] = rebalance_timeout_ms
         self._group[slot] = <int32_t>group_slot
         self._flags[slot] = 0
+        self._epoch[slot] = 0
+        self._client_id[slot] = ""
+        self._client_host[slot] = ""
         self._in_use[slot] = 1
         self._members += 1
         return slot
@@ -258,6 +282,13 @@ cdef class MemberTable:
             if not members:
                 del self._index[group_id]
 
+    def slot_of(self, str group_id, str member_id):
+        """The slot bound to (group id, member id), or -1."""
+        members = self._index.get(group_id)
+        if members is None:
+            return -1
+        return (<dict>members).get(member_id, -1)
+
     def heartbeat_id(self, str group_id, str member_id, int64_t generation, int64_t now_ms):
         """heartbeat() for a member found by its ids (see the twin)."""
         cdef object members = self._index.get(group_id)
@@ -314,3 +345,56 @@ cdef class MemberTable:
             self._deadline[slot] = now_ms + self._session_timeout[slot]
             return NONE_
         return FALLBACK_
+
+    # -- consumer group members ------------------------------------------------------------
+
+    def set_consumer(self, Py_ssize_t slot, int32_t epoch, bint steady, str client_id,
+                     str client_host):
+        """A consumer member's epoch, whether it is steady, and where it heartbeats from."""
+        self._check_member(slot)
+        self._epoch[slot] = epoch
+        self._client_id[slot] = client_id
+        self._client_host[slot] = client_host
+        if steady:
+            self._flags[slot] |= STEADY_
+        else:
+            self._flags[slot] &= <uint8_t>~STEADY_
+
+    def consumer(self, Py_ssize_t slot):
+        """(epoch, steady, client id, client host) of a consumer member."""
+        self._check_member(slot)
+        return (
+            self._epoch[slot], (self._flags[slot] & STEADY_) != 0,
+            self._client_id[slot], self._client_host[slot],
+        )
+
+    def consumer_heartbeat_id(self, str group_id, str member_id, int64_t epoch, client_id,
+                              str client_host, int64_t now_ms):
+        """A ConsumerGroupHeartbeat that changes nothing: NONE, else FALLBACK (see the twin)."""
+        cdef object members = self._index.get(group_id)
+        if members is None:
+            return FALLBACK_
+        cdef object found = (<dict>members).get(member_id)
+        if found is None:
+            return FALLBACK_
+        cdef Py_ssize_t slot = <Py_ssize_t>found
+        self._check_member(slot)
+        cdef int32_t group = self._group[slot]
+        if (
+            self._group_state[group] != STATE_CONSUMER_OPEN_
+            or not (self._flags[slot] & STEADY_)
+            or epoch != self._epoch[slot]
+            or epoch != self._group_generation[group]
+        ):
+            return FALLBACK_
+        if client_id is None:
+            client_id = ""
+        if client_id != self._client_id[slot] or client_host != self._client_host[slot]:
+            return FALLBACK_
+        self._deadline[slot] = now_ms + self._session_timeout[slot]
+        self._consumer_answered += 1
+        return NONE_
+
+    def consumer_heartbeat_answers(self):
+        """ConsumerGroupHeartbeats consumer_heartbeat_id answered (all NONE)."""
+        return self._consumer_answered

@@ -208,6 +208,7 @@ cdef class Reactor:
                     pos = answer_run(
                         self._in, 0, got, self._max_size, table, now_ms, self._out,
                         READ_CHUNK + MAX_RESPONSE, &written, &count, trailing,
+                        getattr(conn, "client_host", ""),
                     )
                 except Exception:
                     # A bug: the connection handles the read itself, meets it again, and

@@ -188,6 +188,10 @@ class Coordinator:
         """{error code: heartbeats answered with it}, every path counted once."""
         return self.group_manager.heartbeat_answers()
 
+    def topics_changed(self) -> None:
+        """A topic was added: see GroupManager.topics_changed."""
+        self.group_manager.topics_changed()
+
     def table_answers_heartbeats(self) -> bool:
         """Whether table.heartbeat_id may answer dynamic members' heartbeats alone (when it
         returns a code >= 0): nothing is loading, unloaded or shutting down."""

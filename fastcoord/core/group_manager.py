@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fastcoord.core.consumer import columns as consumer_columns
 from fastcoord.core.consumer import records as consumer_records
 from fastcoord.core.consumer.group import ConsumerGroup
 from fastcoord.core.consumer.topics import StaticTopics, TopicImage
@@ -49,6 +50,9 @@ class GroupManager:
         # waits for them, as its answer reflects them.
         self.unsettled_writes: dict[str, int] = {}
         self.table = table
+        # Consumer group id -> its slot in the member table (columns.py keeps them).
+        self.consumer_slots: dict[str, int] = {}
+        table.consumer_heartbeat_interval_ms = self.config.group_consumer_heartbeat_interval_ms
         self.new_member_id = new_member_id
         self.heartbeat_fallbacks: dict[int, int] = {}  # heartbeats the table left, by answer
         # Whether the member table may answer heartbeats alone (nothing loading or
@@ -93,6 +97,12 @@ class GroupManager:
                 assert not classic.members, f"{key.group}: a classic group with members"
                 classic.release()
         consumer_records.replay(self.consumer_groups, key, value, now_ms)
+        consumer_columns.replayed(self, key, now_ms)
+
+    def topics_changed(self) -> None:
+        """A topic was added (the server's broker says): consumer groups resolve their
+        subscriptions again."""
+        consumer_columns.topics_changed(self)
 
     def heartbeat_answers(self) -> dict[int, int]:
         """{error code: heartbeats answered with it}, every path counted once."""

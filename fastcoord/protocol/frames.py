@@ -53,6 +53,7 @@ class HotFrames(Protocol):
         now_ms: int,
         out: bytearray,
         trailing: list[tuple[int, int]],
+        client_host: str = "",
     ) -> tuple[int, int]: ...
 
 

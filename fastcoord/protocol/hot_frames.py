@@ -2,8 +2,8 @@
 
 The hottest frames, Heartbeat request and response, get a hand-written Cython decoder and
 encoder, and a loop that answers a run of heartbeats straight from the receive buffer into
-the send buffer. This twin gives the reference answers: it is the schema-driven codec
-itself, and the loop written plainly.
+the send buffer (ConsumerGroupHeartbeats that change nothing among them). This twin gives
+the reference answers: it is the schema-driven codec itself, and the loop written plainly.
 Differential property tests check that the compiled module returns equal objects, equal
 bytes and the same errors for any input.
 """
@@ -15,9 +15,15 @@ from typing import Protocol
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ProtocolError
 from fastcoord.protocol.framing import DecodedRequest, decode_request, encode_response
-from fastcoord.protocol.messages import HeartbeatRequest, HeartbeatResponse
+from fastcoord.protocol.messages import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+)
 
 _HEARTBEAT = ApiKey.HEARTBEAT.to_bytes(2, "big")
+_CONSUMER_GROUP_HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT.to_bytes(2, "big")
 
 
 def decode_heartbeat_request(frame: bytes) -> DecodedRequest:
@@ -34,7 +40,32 @@ def encode_heartbeat_response(
 
 
 class HeartbeatTable(Protocol):
+    consumer_heartbeat_interval_ms: int
+
     def heartbeat_id(self, group_id: str, member_id: str, generation: int, now_ms: int) -> int: ...
+
+    def consumer_heartbeat_id(
+        self,
+        group_id: str,
+        member_id: str,
+        epoch: int,
+        client_id: str | None,
+        client_host: str,
+        now_ms: int,
+    ) -> int: ...
+
+
+def changes_nothing(request: ConsumerGroupHeartbeatRequest) -> bool:
+    """A ConsumerGroupHeartbeat with every optional field null: a steady member's."""
+    return (
+        request.instance_id is None
+        and request.rack_id is None
+        and request.rebalance_timeout_ms == -1
+        and request.subscribed_topic_names is None
+        and request.subscribed_topic_regex is None
+        and request.server_assignor is None
+        and request.topic_partitions is None
+    )
 
 
 def answer_heartbeats(
@@ -45,6 +76,7 @@ def answer_heartbeats(
     now_ms: int,
     out: bytearray,
     trailing: list[tuple[int, int]],
+    client_host: str = "",
 ) -> tuple[int, int]:
     """Answer the run of Heartbeat frames at buf[pos:] that the member table answers alone.
 
@@ -56,6 +88,10 @@ def answer_heartbeats(
     message are ignored, as decode_request ignores them; for each answered frame that had
     some, (its version, how many) is appended to `trailing`, for the server's log. Returns
     (the position after the last frame answered, how many were answered).
+
+    A ConsumerGroupHeartbeat in the run is answered too when it changes nothing: every
+    optional field null, a member epoch above 0, no bytes after the message, and the
+    table's consumer_heartbeat_id answers it (NONE) for a client at `client_host`.
     """
     if buf is out:
         raise ValueError("buf and out must be different bytearrays")
@@ -66,6 +102,14 @@ def answer_heartbeats(
         size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
         if size < 2 or size > max_size or size > len(buf) - pos - 4:
             break
+        if buf[pos + 4 : pos + 6] == _CONSUMER_GROUP_HEARTBEAT:
+            if not _answer_consumer(
+                bytes(buf[pos + 4 : pos + 4 + size]), table, now_ms, client_host, out
+            ):
+                break
+            pos += 4 + size
+            count += 1
+            continue
         if buf[pos + 4 : pos + 6] != _HEARTBEAT:
             break
         try:
@@ -87,3 +131,35 @@ def answer_heartbeats(
         pos += 4 + size
         count += 1
     return pos, count
+
+
+def _answer_consumer(
+    frame: bytes, table: HeartbeatTable, now_ms: int, client_host: str, out: bytearray
+) -> bool:
+    try:
+        header, request, extra = decode_request(frame)
+    except ProtocolError:
+        return False
+    assert isinstance(request, ConsumerGroupHeartbeatRequest)
+    if extra or request.member_epoch <= 0 or not changes_nothing(request):
+        return False
+    code = table.consumer_heartbeat_id(
+        request.group_id,
+        request.member_id,
+        request.member_epoch,
+        header.client_id,
+        client_host,
+        now_ms,
+    )
+    if code != 0:
+        return False
+    out += encode_response(
+        header.correlation_id,
+        header.api_version,
+        ConsumerGroupHeartbeatResponse(
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            heartbeat_interval_ms=table.consumer_heartbeat_interval_ms,
+        ),
+    )
+    return True

@@ -77,6 +77,7 @@ events_log = logging.getLogger("fastcoord.events")
 # for 180-440 ms.
 TIMERS_PER_STEP = 1000
 HEARTBEAT = int(ApiKey.HEARTBEAT)
+CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
 
 
@@ -90,6 +91,7 @@ class Server:
         self.max_connections = max_connections
         self.broker = Broker(config, config.port)
         self.coordinator = Coordinator(config.group_config(), now_ms(), topics=self.broker)
+        self._topics_version = self.broker.version()  # as the coordinator last heard
         # What waits for a time of its own: a Fetch's max_wait_ms, a request given latency
         # by a fault, a fault rule's start or end (see later()).
         self.later_wheel = timing_wheel.TimingWheel(now_ms())
@@ -118,7 +120,15 @@ class Server:
         run of them in one compiled call), else None: also while a fault rule may apply to
         heartbeats, which must then all come to dispatch()."""
         co = self.coordinator
-        if self.faults.live and self.faults.touches(HEARTBEAT):
+        topics = self.broker.version()
+        if topics != self._topics_version:
+            # A topic was added since: consumer groups resolve their subscriptions again,
+            # so their heartbeats take the full path until each has.
+            self._topics_version = topics
+            co.topics_changed()
+        if self.faults.live and (
+            self.faults.touches(HEARTBEAT) or self.faults.touches(CONSUMER_GROUP_HEARTBEAT)
+        ):
             return None
         return co.table if co.table_answers_heartbeats() else None
 

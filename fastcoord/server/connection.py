@@ -64,6 +64,7 @@ log = logging.getLogger("fastcoord.server")
 Served = Request | OffsetCommitBatch  # a decoded request: an OffsetCommit's is a batch
 _SIZE = struct.Struct(">i")
 _HEARTBEAT = int(ApiKey.HEARTBEAT)  # the low byte of the API key; the high byte is 0
+_CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 READ_CHUNK = 65536
 SLOW_READER_S = 1.0  # a client that takes no answers for this long is logged
 WRITE_CHUNK = 1 << 20  # answers copied to the output buffer at a time
@@ -385,7 +386,11 @@ class Connection:
                 await self._wait_for_room()
                 continue  # closed meanwhile, or within bounds again
             pos = self._pos
-            if len(buf) - pos >= 6 and buf[pos + 5] == _HEARTBEAT and not buf[pos + 4]:
+            if (
+                len(buf) - pos >= 6
+                and buf[pos + 5] in (_HEARTBEAT, _CONSUMER_GROUP_HEARTBEAT)
+                and not buf[pos + 4]
+            ):
                 self._commit_offsets()
                 self._pos = pos = self._answer_heartbeats(buf, pos, max_size)
             if len(buf) - pos < 4:
@@ -425,9 +430,10 @@ class Connection:
             self._reader_writes = reader_writes
 
     def _answer_heartbeats(self, buf: bytearray, pos: int, max_size: int) -> int:
-        """The fast path: heartbeats the member table answers alone, from the receive buffer
-        straight into one answer slot. Not while a member here waits for its JoinGroup or
-        SyncGroup answer (its heartbeat must wait too) or the table may not answer alone."""
+        """The fast path: heartbeats the member table answers alone (ConsumerGroupHeartbeats
+        that change nothing too), from the receive buffer straight into one answer slot. Not
+        while a member here waits for its JoinGroup or SyncGroup answer (its heartbeat must
+        wait too) or the table may not answer alone."""
         if self.held:
             return pos
         table = self.dispatcher.heartbeat_table()
@@ -435,14 +441,14 @@ class Connection:
             return pos
         out = bytearray()
         trailing: list[tuple[int, int]] = []
+        consumer = table.consumer_heartbeat_answers()
         started = perf_counter_ns()
         pos, answered = frames.hot.answer_heartbeats(
-            buf, pos, max_size, table, self.dispatcher.now_ms(), out, trailing
+            buf, pos, max_size, table, self.dispatcher.now_ms(), out, trailing, self.client_host
         )
         if answered:
-            self.dispatcher.metrics.handled(
-                _HEARTBEAT, (perf_counter_ns() - started) // answered, answered
-            )
+            consumer = table.consumer_heartbeat_answers() - consumer
+            self.dispatcher.metrics.table_answered(answered, consumer, perf_counter_ns() - started)
             self.fill(self._slot(None), bytes(out))
         for version, extra in trailing:
             self._ignored(HeartbeatRequest, version, extra)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 API_KEYS = 128  # above every API key the codec decodes
 HEARTBEAT = int(ApiKey.HEARTBEAT)
+CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 
 
 class Metrics:
@@ -60,6 +61,19 @@ class Metrics:
         if timings is None:
             timings = self.handling[api] = Timings(REQUEST_BUCKETS_S)
         timings.observe_ns(ns, times)
+
+    def table_answered(self, answered: int, consumer: int, ns: int) -> None:
+        """A run the member table answered alone: `answered` heartbeats in `ns`, `consumer`
+        of them ConsumerGroupHeartbeats (counted here; the table counts the Heartbeats by
+        answer, which the scrape reads)."""
+        if answered <= 0:
+            return
+        each = ns // answered
+        if answered > consumer:
+            self.handled(HEARTBEAT, each, answered - consumer)
+        if consumer:
+            self.requests[CONSUMER_GROUP_HEARTBEAT] += consumer
+            self.handled(CONSUMER_GROUP_HEARTBEAT, each, consumer)
 
     def error(self, api: int, code: int) -> None:
         key = (api, code)
@@ -113,6 +127,16 @@ class MetricsCollector(Collector):
         for api, count in enumerate(requests):
             if count:
                 family.add_metric([api_name(api)], count)
+        yield family
+        family = CounterMetricFamily(
+            "fastcoord_fast_path_answers",
+            "heartbeats the member table answered alone (the compiled fast path), by API",
+            labels=["api"],
+        )
+        family.add_metric([api_name(HEARTBEAT)], sum(co.table.heartbeat_answers().values()))
+        family.add_metric(
+            [api_name(CONSUMER_GROUP_HEARTBEAT)], co.table.consumer_heartbeat_answers()
+        )
         yield family
         family = CounterMetricFamily(
             "fastcoord_request_errors",

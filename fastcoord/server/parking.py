@@ -61,15 +61,16 @@ class Parking:
                 table = server.heartbeat_table()
                 if table is not None:
                     before = table.heartbeat_answers()
+                    consumer = table.consumer_heartbeat_answers()
                     started = perf_counter_ns()
                 handed = reactor.drain(table, server.now_ms(), trio.current_time())
                 if table is not None:
                     # The drain's time, shared by the heartbeats it answered (its reads and
                     # writes included: on this path they are most of a heartbeat's cost).
                     elapsed = perf_counter_ns() - started
+                    consumer = table.consumer_heartbeat_answers() - consumer
                     answered = sum(table.heartbeat_answers().values()) - sum(before.values())
-                    if answered > 0:
-                        server.metrics.handled(HEARTBEAT, elapsed // answered, answered)
+                    server.metrics.table_answered(answered + consumer, consumer, elapsed)
                 for item in handed:
                     conn = item[0]
                     conn.handover = item

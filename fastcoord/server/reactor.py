@@ -119,8 +119,9 @@ class Reactor:
             pos = 0
             if table is not None:
                 try:
+                    host = getattr(self._parked[fd], "client_host", "")
                     pos, _ = hot_frames.answer_heartbeats(
-                        buf, 0, self._max_size, table, now_ms, out, trailing
+                        buf, 0, self._max_size, table, now_ms, out, trailing, host
                     )
                 except Exception:
                     # A bug: the connection handles the read itself, meets it again, and

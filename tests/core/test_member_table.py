@@ -16,6 +16,9 @@ CONSTANTS = [
     "STATE_COMPLETING_REBALANCE",
     "STATE_STABLE",
     "STATE_DEAD",
+    "STATE_CONSUMER_OPEN",
+    "STATE_CONSUMER_HELD",
+    "STEADY",
     "FALLBACK",
     "NONE",
     "ILLEGAL_GENERATION",
@@ -30,11 +33,12 @@ def test_constants_agree() -> None:
 slots = st.integers(-2, 40)
 ids = st.sampled_from(["a", "b", "c"])
 ints = st.integers(0, 2**31 - 1)
+hosts = st.sampled_from(["", "x", "y"])
 operations = st.lists(
     st.one_of(
-        st.tuples(st.just("add_group"), st.integers(0, 4), ints),
+        st.tuples(st.just("add_group"), st.integers(0, 6), ints),
         st.tuples(st.just("remove_group"), slots),
-        st.tuples(st.just("set_group"), slots, st.integers(0, 4), ints),
+        st.tuples(st.just("set_group"), slots, st.integers(0, 6), ints),
         st.tuples(st.just("group_state"), slots),
         st.tuples(st.just("group_generation"), slots),
         st.tuples(st.just("add_member"), slots, ints, ints),
@@ -47,12 +51,25 @@ operations = st.lists(
         st.tuples(st.just("heartbeat"), slots, st.integers(-1, 3), st.integers(0, 2**40)),
         st.tuples(st.just("bind"), ids, ids, slots),
         st.tuples(st.just("flags"), slots),
-        st.tuples(st.just("set_flag"), slots, st.sampled_from([1, 2, 4]), st.booleans()),
+        st.tuples(st.just("set_flag"), slots, st.sampled_from([1, 2, 4, 8]), st.booleans()),
         st.tuples(st.just("satisfied"), slots),
         st.tuples(st.just("unbind"), ids, ids),
         st.tuples(st.just("heartbeat_id"), ids, ids, st.integers(-1, 3), st.integers(0, 2**40)),
         st.tuples(st.just("heartbeat_answers")),
         st.tuples(st.just("group_states")),
+        st.tuples(st.just("slot_of"), ids, ids),
+        st.tuples(st.just("set_consumer"), slots, st.integers(-2, 3), st.booleans(), hosts, hosts),
+        st.tuples(st.just("consumer"), slots),
+        st.tuples(
+            st.just("consumer_heartbeat_id"),
+            ids,
+            ids,
+            st.integers(-2, 3),
+            st.one_of(st.none(), hosts),
+            hosts,
+            st.integers(0, 2**40),
+        ),
+        st.tuples(st.just("consumer_heartbeat_answers")),
     ),
     max_size=120,
 )
@@ -120,3 +137,37 @@ def test_slots_are_reused_and_the_table_grows() -> None:
         table.remove_member(17)
         assert table.add_member(group, 2, 2) == 17
         assert table.timeouts(17) == (2, 2)
+
+
+def test_consumer_heartbeat_answers_a_steady_member_of_an_open_group() -> None:
+    for module in (compiled, twin):
+        table = module.MemberTable()
+        group = table.add_group(module.STATE_CONSUMER_OPEN, 4)
+        member = table.add_member(group, 45_000, 30_000)
+        table.bind("g", "m", member)
+        table.set_consumer(member, 4, True, "c", "/h")
+        assert table.consumer(member) == (4, True, "c", "/h")
+        assert table.consumer_heartbeat_id("g", "m", 4, "c", "/h", 10) == module.NONE
+        assert table.deadline(member) == 45_010
+        for args in (
+            ("g", "m", 3, "c", "/h"),  # another epoch
+            ("g", "m", 4, "d", "/h"),  # another client id
+            ("g", "m", 4, None, "/h"),
+            ("g", "m", 4, "c", "/i"),  # another host
+            ("g", "n", 4, "c", "/h"),
+        ):
+            assert table.consumer_heartbeat_id(*args, 20) == module.FALLBACK, args
+        table.set_consumer(member, 4, False, "c", "/h")  # not steady
+        assert table.consumer_heartbeat_id("g", "m", 4, "c", "/h", 30) == module.FALLBACK
+        table.set_consumer(member, 4, True, "c", "/h")
+        table.set_group(group, module.STATE_CONSUMER_HELD, 4)
+        assert table.consumer_heartbeat_id("g", "m", 4, "c", "/h", 40) == module.FALLBACK
+        table.set_group(group, module.STATE_CONSUMER_OPEN, 5)  # a new group epoch
+        assert table.consumer_heartbeat_id("g", "m", 4, "c", "/h", 50) == module.FALLBACK
+        table.set_consumer(member, 5, True, "", "/h")
+        assert table.consumer_heartbeat_id("g", "m", 5, None, "/h", 60) == module.NONE
+        assert table.deadline(member) == 45_060
+        assert table.consumer_heartbeat_answers() == 2
+        # Neither protocol's heartbeat answers the other's members.
+        assert table.heartbeat_id("g", "m", 5, 70) == module.FALLBACK
+        assert table.group_states() == [0, 0, 0, 0, 0]

@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
+from fastcoord.client.admin import AdminClient
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 from fastcoord.testing import ServerProcess, child_env, fastcoord_server
+from tests.interop.test_admin_port import scrape, value
 from tests.interop.test_loadtest import (
     SERVER_ARGS,
     loadtest_command,
@@ -44,7 +46,7 @@ MEMBERS = 30
 
 @pytest.fixture
 def server(tmp_path: Path) -> Any:
-    with fastcoord_server(tmp_path, *SERVER_ARGS, *CONSUMER_GROUPS) as running:
+    with fastcoord_server(tmp_path, *SERVER_ARGS, *CONSUMER_GROUPS, "--admin-port", "0") as running:
         yield running
 
 
@@ -133,6 +135,14 @@ def test_steady_consumer_protocol_members_join_share_out_the_partitions_and_comm
     stored = sum(e["members"] for e in events if e["kind"] == "offsets_committed")
     assert s["commits"]["offsets"] == stored
     assert [e for e in events if e["kind"] == "member_expired"] == []
+
+    # Steady members' heartbeats change nothing: the member table answered most of them in
+    # compiled code (the rest are joins, catching up with new epochs, and leaves).
+    samples = scrape(AdminClient(server.admin))
+    api = {"api": "ConsumerGroupHeartbeat"}
+    answered = value(samples, "fastcoord_requests_total", **api)
+    fast = value(samples, "fastcoord_fast_path_answers_total", **api)
+    assert answered >= heartbeats["count"] and fast > answered / 2, (fast, answered)
 
 
 def test_static_members_come_back_to_their_places_without_a_rebalance(

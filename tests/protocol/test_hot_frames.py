@@ -13,7 +13,13 @@ from fastcoord.protocol import frames, framing
 from fastcoord.protocol import hot_frames as twin
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.headers import RequestHeader
-from fastcoord.protocol.messages import ApiVersionsRequest, HeartbeatRequest, HeartbeatResponse
+from fastcoord.protocol.messages import (
+    ApiVersionsRequest,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+)
 from tests.protocol.strategies import mutated, outcome, struct_strategy
 
 versions = st.integers(0, 4)
@@ -118,8 +124,10 @@ class Table:
     """Answers by member id, deterministically, and records every call (both loops must
     consult the table for the same frames, in the same order)."""
 
+    consumer_heartbeat_interval_ms = 4321
+
     def __init__(self) -> None:
-        self.calls: list[tuple[str, str, int, int]] = []
+        self.calls: list[tuple[object, ...]] = []
 
     def heartbeat_id(self, group_id: str, member_id: str, generation: int, now_ms: int) -> int:
         self.calls.append((group_id, member_id, generation, now_ms))
@@ -127,12 +135,54 @@ class Table:
             return -1  # the full path's business
         return (len(member_id) + generation) % 3 * 11  # any codes will do: 0, 11 or 22
 
+    def consumer_heartbeat_id(
+        self,
+        group_id: str,
+        member_id: str,
+        epoch: int,
+        client_id: str | None,
+        client_host: str,
+        now_ms: int,
+    ) -> int:
+        self.calls.append((group_id, member_id, epoch, client_id, client_host, now_ms))
+        if member_id.startswith("x"):
+            return -1
+        return (len(member_id) + epoch) % 3  # 0 answers; anything else is the full path's
+
+
+@st.composite
+def consumer_heartbeat_frames(draw: st.DrawFn) -> bytes:
+    """A steady member's ConsumerGroupHeartbeat (every optional field null), or any."""
+    version = draw(st.integers(0, 1))
+    header = RequestHeader(
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+        version,
+        draw(int32s),
+        draw(st.one_of(st.none(), st.text(max_size=8))),
+    )
+    if draw(st.booleans()):
+        body = ConsumerGroupHeartbeatRequest(
+            group_id=draw(st.text(max_size=6)),
+            member_id=draw(st.one_of(st.text(max_size=6), st.text(min_size=130, max_size=140))),
+            member_epoch=draw(st.one_of(st.integers(-3, 5), int32s)),
+        )
+    else:
+        body = draw(struct_strategy(ConsumerGroupHeartbeatRequest, version))
+    return framing.encode_request(header, body)[4:]
+
 
 @st.composite
 def stream_frames(draw: st.DrawFn) -> bytes:
     kinds = ["heartbeat", "heartbeat", "heartbeat", "padded", "mutated", "other", "raw"]
+    kinds += ["consumer", "consumer", "consumer", "consumer_padded", "consumer_mutated"]
     kind = draw(st.sampled_from(kinds))
-    if kind == "heartbeat":
+    if kind == "consumer":
+        frame = draw(consumer_heartbeat_frames())
+    elif kind == "consumer_padded":
+        frame = draw(consumer_heartbeat_frames()) + draw(st.binary(min_size=1, max_size=4))
+    elif kind == "consumer_mutated":
+        frame = draw(mutated(consumer_heartbeat_frames()))
+    elif kind == "heartbeat":
         frame = draw(heartbeat_frames())
     elif kind == "padded":
         frame = draw(padded_heartbeat_frames())
@@ -155,7 +205,7 @@ def test_answer_heartbeats_matches_the_twin(chunks: list[bytes], skip: int, max_
     for module in (compiled, twin):
         table, out, trailing = Table(), bytearray(b"keep"), [(-1, -1)]
         result = outcome(
-            module.answer_heartbeats, bytearray(buf), start, max_size, table, 7, out, trailing
+            module.answer_heartbeats, bytearray(buf), start, max_size, table, 7, out, trailing, "h"
         )
         answers.append((result, table.calls, bytes(out), trailing))
     assert answers[0] == answers[1]
@@ -211,3 +261,53 @@ def test_answer_heartbeats_answers_heartbeats_with_bytes_after_them() -> None:
         assert (len(buf) - pos, count) == (len(frame("xa", 4, b"\0")), 4)
         assert bytes(out) == expected
         assert trailing == [(3, 3), (0, 1), (4, 5)]
+
+
+def test_consumer_heartbeats_that_change_nothing_are_answered_in_the_run() -> None:
+    def frame(member: str, epoch: int = 3, version: int = 1, **fields: object) -> bytes:
+        header = RequestHeader(ApiKey.CONSUMER_GROUP_HEARTBEAT, version, len(member), "c")
+        body = ConsumerGroupHeartbeatRequest("g", member, epoch, **fields)  # type: ignore[arg-type]
+        return framing.encode_request(header, body)
+
+    def answer(member: str, epoch: int, version: int) -> bytes:
+        response = ConsumerGroupHeartbeatResponse(
+            member_id=member, member_epoch=epoch, heartbeat_interval_ms=4321
+        )
+        return frames.encode_response(len(member), version, response)
+
+    classic = framing.encode_request(
+        RequestHeader(ApiKey.HEARTBEAT, 3, 9, "c"), HeartbeatRequest("g", 1, "bb", None)
+    )
+    long_id = "m" * 200  # its length takes two varint bytes
+    good = frame("aa", 1) + classic + frame("bbbb", 2, 0) + frame(long_id, 1)
+    expected = (
+        answer("aa", 1, 1)
+        + frames.encode_response(9, 3, HeartbeatResponse(error_code=0))
+        + answer("bbbb", 2, 0)
+        + answer(long_id, 1, 1)
+    )
+    stoppers = [
+        frame("xa"),  # the table leaves it to the full path
+        frame("a", 0),  # joining
+        frame("a", -1),  # leaving
+        frame("aa", 1, rebalance_timeout_ms=1000),
+        frame("aa", 1, instance_id="static"),
+        frame("aa", 1, server_assignor="range"),
+        frame("aa", 1, subscribed_topic_names=[]),
+        frame("aa", 1, subscribed_topic_regex="t.*"),
+        frame("aa", 1, topic_partitions=[]),
+        frame("aa", 1, rack_id="r"),
+    ]
+    for module in (compiled, twin):
+        for stopper in stoppers:
+            table, out, trailing = Table(), bytearray(), []
+            buf = bytearray(good + stopper + frame("aa", 1))
+            pos, count = module.answer_heartbeats(buf, 0, 1 << 20, table, 5, out, trailing, "/h")
+            assert (pos, count, trailing) == (len(good), 4, []), (module, stopper)
+            assert bytes(out) == expected
+            assert table.calls[0] == ("g", "aa", 1, "c", "/h", 5)
+        out = bytearray()
+        pos, count = module.answer_heartbeats(
+            bytearray(good + frame("aa", 1)[:-1]), 0, 1 << 20, Table(), 5, out, [], "/h"
+        )
+        assert (pos, count, bytes(out)) == (len(good), 4, expected)  # the last is incomplete

@@ -52,7 +52,6 @@ class ConsumerMember:
     server_assignor: str | None = None
     rebalance_timeout_ms: int = -1
     current: CurrentAssignment = dataclasses.field(default_factory=CurrentAssignment)
-    session_deadline_ms: int = 0
 
     @property
     def member_epoch(self) -> int:

@@ -23,9 +23,10 @@ import uuid
 import zlib
 from collections.abc import Iterable, Mapping
 
-from fastcoord.core.consumer import records
+from fastcoord.core.consumer import columns, records
 from fastcoord.core.consumer.assignment import Assignment
 from fastcoord.core.consumer.assignors import ASSIGNORS, MemberSubscription, TopicMetadata
+from fastcoord.core.consumer.columns import session_key
 from fastcoord.core.consumer.group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -62,10 +63,6 @@ class HeartbeatError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-def session_key(group_id: str, member_id: str) -> tuple[str, str, str]:
-    return ("consumer_session", group_id, member_id)
 
 
 def revocation_key(group_id: str, member_id: str) -> tuple[str, str, str]:
@@ -133,6 +130,7 @@ def commit(
         _report(gm, result, now_ms, g, state)
     for g in groups:
         unsettled[g] = unsettled.get(g, 0) + 1
+        _sync(gm, g)
 
     def stored(error: ErrorCode, now_ms: int, result: Result) -> None:
         for g in groups:
@@ -141,6 +139,7 @@ def commit(
                 unsettled[g] = left
             else:
                 del unsettled[g]
+                _sync(gm, g)
         if response is None:
             return
         if error == ErrorCode.NONE:
@@ -149,6 +148,12 @@ def commit(
             result.respond(handle, ConsumerGroupHeartbeatResponse(error_code=storage_error(error)))
 
     gm.append(result, written, stored)
+
+
+def _sync(gm: GroupManager, group_id: str) -> None:
+    group = gm.consumer_groups.get(group_id)
+    if group is not None:
+        columns.sync(gm, group)
 
 
 def _state(gm: GroupManager, group_id: str) -> tuple[int, ConsumerGroupState | None]:
@@ -615,7 +620,10 @@ def _arm_timers(gm: GroupManager, group_id: str, member_id: str, now_ms: int) ->
     member = group.members.get(member_id) if group is not None else None
     if group is None or member is None:
         return
-    group.image_version = gm.topics.version()
+    version = gm.topics.version()
+    if group.image_version != version:
+        group.image_version = version
+        columns.sync(gm, group)
     schedule_session(gm, group_id, member, now_ms)
     current = member.current
     if current.state is MemberState.UNREVOKED_PARTITIONS:
@@ -630,7 +638,7 @@ def schedule_session(gm: GroupManager, group_id: str, member: ConsumerMember, no
     """The session starts again from now; the timer is moved only when it would fire after
     the new deadline (when it fires early, it re-arms at the deadline)."""
     deadline = now_ms + gm.config.group_consumer_session_timeout_ms
-    member.session_deadline_ms = deadline
+    columns.set_session_deadline(gm, group_id, member.member_id, deadline)
     key = session_key(group_id, member.member_id)
     armed = gm.ctx.deadline(key)
     if armed is None or armed > deadline:
@@ -644,8 +652,9 @@ def on_session_timer(
     member = group.members.get(member_id) if group is not None else None
     if group is None or member is None:
         return
-    if member.session_deadline_ms > now_ms:
-        gm.schedule(session_key(group_id, member_id), member.session_deadline_ms)
+    deadline = columns.session_deadline(gm, group_id, member_id)
+    if deadline is not None and deadline > now_ms:
+        gm.schedule(session_key(group_id, member_id), deadline)
         return
     gm.ctx.event(
         result, now_ms, "member_expired", group_id, member_id=member_id, reason="session timeout"

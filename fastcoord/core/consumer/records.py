@@ -172,7 +172,7 @@ def replay(
             rebalance_timeout_ms=value.rebalance_timeout_ms,
         )
         if old is not None:
-            member.current, member.session_deadline_ms = old.current, old.session_deadline_ms
+            member.current = old.current
         group.update_member(member, now_ms)
         return
     if group is None:

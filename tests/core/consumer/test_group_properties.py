@@ -8,9 +8,12 @@ consumes exactly what the last answer it read gave it. After every step:
 - no partition is consumed by two clients at once, and the coordinator's partition epochs
   match what its members hold;
 - member epochs and the group epoch never go back;
-- replaying every record written rebuilds the same groups.
+- replaying every record written rebuilds the same groups;
+- whenever the member table answers a heartbeat alone (the server's fast path), the full
+  path answers it the same way and writes nothing.
 At the end, with nothing changing, every client heartbeats until the group is Stable, and
-every partition of every subscribed topic is then consumed by exactly one client. A client
+every partition of every subscribed topic is then consumed by exactly one client, and the
+table answers every client's heartbeat alone. A client
 that missed two epochs in a row is fenced, and rejoins once its old session is over.
 """
 
@@ -77,7 +80,15 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
             subscribed_topic_names=list(client.topics) if full else None,
             topic_partitions=[] if joining else owned,
         )
+        table_answered = False
+        if not joining and not full and owned is None:
+            table_answered = self._table_answers(client) == 0
+        written = len(self.h.records)
         answer = self.h.request(request)
+        if table_answered:
+            # The table's answer is the full path's: NONE at the epoch, nothing new.
+            assert answer.error_code == 0 and answer.member_epoch == client.epoch, answer
+            assert answer.assignment is None and len(self.h.records) == written, answer
         if answer.error_code in LOST:
             client.owned, client.joined, client.epoch = {}, False, 0  # lost: rejoin
             client.reported = None
@@ -92,6 +103,13 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         given = assigned(answer, self.h.topics)
         if given is not None:
             client.owned = given
+
+    def _table_answers(self, client: Client) -> int:
+        """What the server's fast path asks the member table for this heartbeat."""
+        code: int = self.h.co.table.consumer_heartbeat_id(
+            "g", client.member_id, client.epoch, "client", "/127.0.0.1", self.h.now
+        )
+        return code
 
     # -- rules --------------------------------------------------------------------------
 
@@ -224,6 +242,8 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         }
         owned = {(t, p) for c in self.clients.values() for t, ps in c.owned.items() for p in ps}
         assert owned == wanted
+        for client in self.clients.values():
+            assert self._table_answers(client) == 0, client
         assert self.h.replayed().snapshot() == self.h.co.snapshot()
 
 
