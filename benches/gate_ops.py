@@ -24,6 +24,10 @@ import sys
 from collections.abc import Callable
 
 from fastcoord.core.config import GroupConfig
+from fastcoord.core.consumer import records as consumer_records
+from fastcoord.core.consumer.group import ConsumerMember
+from fastcoord.core.consumer.reconciliation import CurrentAssignment
+from fastcoord.core.consumer.topics import StaticTopics
 from fastcoord.core.coordinator import Coordinator
 from fastcoord.core.native import partition
 from fastcoord.core.native import timing_wheel as wheels
@@ -34,6 +38,8 @@ from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.framing import encode_request
 from fastcoord.protocol.headers import RequestHeader
 from fastcoord.protocol.messages import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatRequestTopicPartitions,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
@@ -51,6 +57,7 @@ NOW = 1_000_000
 CONFIG = GroupConfig(group_initial_rebalance_delay_ms=0)
 SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x05topic\xff\xff\xff\xff"
 CLIENT_ID = "rdkafka"
+HOST = "/127.0.0.1"
 
 Run = Callable[[int], None]
 
@@ -125,6 +132,106 @@ def heartbeat_run() -> Run:
         for _ in range(n // RUN):
             _, count = answer(buf, 0, 1 << 20, table, NOW + 1000, bytearray(), [])
             assert count == RUN, count
+
+    return run
+
+
+def consumer_loaded(groups: int, per_group: int) -> tuple[Coordinator, list[tuple[str, str, int]]]:
+    """A coordinator holding `groups` Stable consumer groups of `per_group` members, each
+    subscribed to one topic of `per_group` partitions: loaded from their records as a
+    restart loads them, then one heartbeat each (through the coordinator, the full path),
+    as after a restart, which resolves the groups' subscriptions and settles their epochs.
+    Returns (group id, member id, epoch) of every member."""
+    co = Coordinator(CONFIG, NOW, topics=StaticTopics({"topic": per_group}))
+    for g in range(groups):
+        group_id = f"group-{g}"
+        records = [consumer_records.group_epoch(group_id, 1, 0)]
+        for i in range(per_group):
+            member = ConsumerMember(
+                member_id(g * per_group + i),
+                client_id=CLIENT_ID,
+                client_host=HOST,
+                subscribed_topic_names=("topic",),
+                rebalance_timeout_ms=300_000,
+            )
+            records.append(consumer_records.member_metadata(group_id, member))
+            records.append(consumer_records.target_member(group_id, member.member_id, {}))
+            records.append(
+                consumer_records.current_assignment(
+                    group_id, member.member_id, CurrentAssignment(1, 0)
+                )
+            )
+        records.append(consumer_records.target_epoch(group_id, 1))
+        for record in records:
+            co.replay(record, NOW, loading=True)
+    ids = []
+    for round_ in range(3):  # the new target's epoch, then its partitions, then steady
+        for g in range(groups):
+            group_id = f"group-{g}"
+            for m in co.consumer_groups[group_id].members.values():
+                request = ConsumerGroupHeartbeatRequest(
+                    group_id, m.member_id, m.member_epoch, topic_partitions=_owned(m)
+                )
+                result = co.handle(0, request, 1, NOW, CLIENT_ID, HOST)
+                if result.append is not None:
+                    co.complete_append(result.append, ErrorCode.NONE, NOW)
+                if round_ == 2:
+                    ids.append((group_id, m.member_id, m.member_epoch))
+    return co, ids
+
+
+def _owned(member: ConsumerMember) -> list[ConsumerGroupHeartbeatRequestTopicPartitions]:
+    return [
+        ConsumerGroupHeartbeatRequestTopicPartitions(topic, sorted(parts))
+        for topic, parts in member.current.assigned.items()
+    ]
+
+
+def consumer_heartbeat_run() -> Run:
+    """Runs of 100 ConsumerGroupHeartbeat v1 frames that change nothing, answered from one
+    receive buffer by the member table (10,000 members of 100 Stable consumer groups), as
+    heartbeat_run answers classic ones. N counts heartbeats (a multiple of 100)."""
+    co, ids = consumer_loaded(100, 100)
+    buf = bytearray(
+        b"".join(
+            encode_request(
+                RequestHeader(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, i, CLIENT_ID),
+                ConsumerGroupHeartbeatRequest(group_id, member, epoch),
+            )
+            for i, (group_id, member, epoch) in enumerate(ids[::100][:RUN])
+        )
+    )
+    table, answer = co.table, frames.hot.answer_heartbeats
+
+    def run(n: int) -> None:
+        for _ in range(n // RUN):
+            _, count = answer(buf, 0, 1 << 20, table, NOW + 1000, bytearray(), [], HOST)
+            assert count == RUN, count
+
+    return run
+
+
+def consumer_core_heartbeat() -> Run:
+    """The same heartbeats as consumer_heartbeat_run, decoded, handled by the coordinator
+    (the full path, which the member table spares them) and their answers encoded: what
+    each cost before the table answered them."""
+    co, ids = consumer_loaded(100, 100)
+    order = [ids[(i * 7919) % len(ids)] for i in range(len(ids))]
+    bodies = [
+        encode_request(
+            RequestHeader(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, i, CLIENT_ID),
+            ConsumerGroupHeartbeatRequest(group_id, member, epoch),
+        )[4:]
+        for i, (group_id, member, epoch) in enumerate(order)
+    ]
+    decode, encode = frames.decode_request, frames.encode_response
+
+    def run(n: int) -> None:
+        for i in range(n):
+            header, request, _ = decode(bodies[i % len(bodies)])
+            result = co.handle(i, request, 1, NOW + 1000, CLIENT_ID, HOST)
+            ((_, response),) = result.responses
+            encode(header.correlation_id, 1, response)
 
     return run
 
@@ -302,6 +409,8 @@ def join_sync() -> Run:
 OPS: dict[str, Callable[[], Run]] = {
     "heartbeat_frame": heartbeat_frame,
     "heartbeat_run": heartbeat_run,
+    "consumer_heartbeat_run": consumer_heartbeat_run,
+    "consumer_core_heartbeat": consumer_core_heartbeat,
     "timing_wheel": timing_wheel,
     "member_table_heartbeat": member_table_heartbeat,
     "core_heartbeat": core_heartbeat,

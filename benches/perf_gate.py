@@ -62,6 +62,8 @@ TIMED_SECONDS = 0.5  # each measurement of a round
 COUNTS: dict[str, tuple[int, int]] = {
     "heartbeat_frame": (2_000, 22_000),
     "heartbeat_run": (2_000, 22_000),
+    "consumer_heartbeat_run": (2_000, 22_000),
+    "consumer_core_heartbeat": (1_000, 6_000),
     "timing_wheel": (2_000, 22_000),
     "member_table_heartbeat": (2_000, 22_000),
     "core_heartbeat": (2_000, 12_000),
