@@ -8,10 +8,11 @@ Errors are built by the twin's own helpers or with the twin's texts, and differe
 property tests (tests/client/test_lane.py) hold the two to the same answers.
 
 Layout: a slot per member: what an answer reads (its generation and flags) in one small
-array, the rest in another; its frames, token and expected commit answer in Python lists,
-so that the garbage collector sees them. The lane's unanswered requests in a ring in
-request order (correlation id, slot, kind, the slot's generation when sent, when written,
-and whether `claim` answered it out of order).
+array, the rest in another; its frames, token and expected answers (heartbeat and commit)
+in Python lists, so that the garbage collector sees them. The lane's unanswered requests in
+a ring in request order (correlation id, slot, kind, api key, whether only the expected
+bytes answer it plainly, the slot's generation when sent, the `due` time that sent it,
+when written, and whether `claim` answered it out of order).
 
 Timers: `due` must not walk every slot at every flush (a million members flushed ten
 times a second would be ten million slot visits a second), so a slot's next heartbeat and
@@ -76,7 +77,6 @@ cdef enum:
     FIRST_FLEXIBLE = 4
     HEARTBEAT = 0
     COMMIT = 1
-    API_HEARTBEAT = 12
     API_OFFSET_COMMIT = 8
     BUCKETS = 433
     OVERFLOW = 432
@@ -92,6 +92,8 @@ cdef enum:
     BEATING = 1  # flags of a slot
     IN_FLIGHT = 2
     COMMITTING = 4
+    EXACT = 8  # the heartbeat's plain answer is the expected bytes, not a layout
+    CONFIRMED = 16  # a heartbeat was plainly answered since the slot started
 
 cdef int32_t CORRELATION_MASK = 0x7FFFFFFF
 cdef int64_t LIMIT_US = 1 << 30
@@ -105,6 +107,8 @@ cdef struct Hot:
 
 cdef struct Slot:
     int64_t heartbeat_interval
+    int64_t confirmed_ms  # when CONFIRMED: the `due` time of the last plainly answered
+    int16_t heartbeat_api
     int64_t commit_interval
     int64_t* offsets
     Py_ssize_t* offsets_at
@@ -121,10 +125,13 @@ cdef struct Node:
 
 cdef struct Request:
     int64_t sent_ns
+    int64_t due_ms
     int32_t correlation_id
     int32_t slot
     uint32_t generation
+    int16_t api
     uint8_t kind
+    uint8_t exact
     uint8_t answered
 
 
@@ -223,6 +230,7 @@ cdef class Lane:
     cdef Py_ssize_t _n
     cdef list _tokens
     cdef list _heartbeats
+    cdef list _expected  # each heartbeat's plain answer after its correlation id, or None
     cdef list _commit_frames
     cdef list _answers
     cdef int64_t[:, ::1] _latency
@@ -272,6 +280,7 @@ cdef class Lane:
         self._capacity = INITIAL_RING
         self._tokens = [None] * slots
         self._heartbeats = [None] * slots
+        self._expected = [None] * slots
         self._commit_frames = [None] * slots
         self._answers = [None] * slots
 
@@ -344,19 +353,32 @@ cdef class Lane:
 
     # -- members ----------------------------------------------------------------------
 
-    def start(self, Py_ssize_t slot, token, heartbeat, due_ms, interval_ms):
+    def start(self, Py_ssize_t slot, token, heartbeat, due_ms, interval_ms, answer=None):
         self._check(slot)
         _check_frame("heartbeat", heartbeat)
         _check_times("heartbeat", due_ms, interval_ms)
+        if answer is not None and type(answer) is not bytes:
+            raise TypeError(f"the answer is {type(answer).__name__}, not bytes")
         held = self._tokens[slot]
         if held is not None and held is not token:
             raise ValueError(f"slot {slot} belongs to another member")
         self._stop(slot)
         self._tokens[slot] = token
         self._heartbeats[slot] = heartbeat
+        self._expected[slot] = answer
+        # _check_frame made sure of 12 bytes: the api key is there.
+        self._slots[slot].heartbeat_api = _get16(<const uint8_t*>PyBytes_AS_STRING(heartbeat) + 4)
         self._slots[slot].heartbeat_interval = interval_ms
-        self._hot[slot].flags = BEATING
+        self._hot[slot].flags = BEATING | (EXACT if answer is not None else 0)
         self._link(2 * slot, due_ms)
+
+    def confirmed(self, Py_ssize_t slot):
+        """The `due` time that sent the slot's last heartbeat answered as a plain success
+        since it was started; None if none was, or the slot is stopped."""
+        self._check(slot)
+        if not self._hot[slot].flags & CONFIRMED:
+            return None
+        return self._slots[slot].confirmed_ms
 
     def start_commits(
         self, Py_ssize_t slot, commit, list offsets_at not None, list offsets not None,
@@ -421,6 +443,7 @@ cdef class Lane:
         self._unlink(2 * slot)
         self._unlink(2 * slot + 1)
         self._heartbeats[slot] = None
+        self._expected[slot] = None
         self._commit_frames[slot] = None
         self._answers[slot] = None
 
@@ -454,7 +477,8 @@ cdef class Lane:
         self._out_capacity = capacity
         return 0
 
-    cdef int _push(self, int32_t correlation_id, Py_ssize_t slot, int kind) except -1:
+    cdef int _push(self, int32_t correlation_id, Py_ssize_t slot, int kind, int api, bint exact,
+                   int64_t due_ms) except -1:
         cdef Request* ring
         cdef Py_ssize_t i, mask = self._capacity - 1
         if self._count == self._capacity:
@@ -474,6 +498,9 @@ cdef class Lane:
         r.slot = <int32_t>slot
         r.generation = self._hot[slot].generation
         r.kind = <uint8_t>kind
+        r.api = <int16_t>api
+        r.exact = exact
+        r.due_ms = due_ms
         r.answered = False
         self._count += 1
         self._unstamped += 1
@@ -529,13 +556,13 @@ cdef class Lane:
             _put32(q + CORRELATION_ID_AT, cid)
             used += size
             if not node & 1:
-                self._push(cid, slot, HEARTBEAT)
+                self._push(cid, slot, HEARTBEAT, s.heartbeat_api, h.flags & EXACT, now_ms)
                 h.flags |= IN_FLIGHT
             else:
                 for j in range(s.n_offsets):
                     s.offsets[j] += 1
                     _put64(q + s.offsets_at[j], s.offsets[j])
-                self._push(cid, slot, COMMIT)
+                self._push(cid, slot, COMMIT, API_OFFSET_COMMIT, True, now_ms)
         if used:
             size = PyByteArray_GET_SIZE(out)
             PyByteArray_Resize(out, size + used)
@@ -666,17 +693,31 @@ cdef class Lane:
         if r.kind == HEARTBEAT:
             if current:
                 h.flags &= ~IN_FLIGHT
+            if r.exact:
+                if current:
+                    answer = PyList_GET_ITEM(self._expected, r.slot)
+                    if (<object>answer is not None and size - 4 == _size(answer)
+                            and memcmp(f + 4, _bytes(answer), size - 4) == 0):
+                        self._record(HEARTBEAT, latency)
+                        self._confirm(r)
+                        return 0
+                unusual.append(
+                    (self._tokens[r.slot], r.api, current, latency, 0,
+                     PyBytes_FromStringAndSize(<const char*>f, size))
+                )
+                return 0
             if not _heartbeat_error(f, size, version, &error):
                 unusual.append(
-                    (self._tokens[r.slot], API_HEARTBEAT, current, latency, 0,
+                    (self._tokens[r.slot], r.api, current, latency, 0,
                      PyBytes_FromStringAndSize(<const char*>f, size))
                 )
             elif not current:
                 pass  # the member has moved on since: its old heartbeat says nothing now
             elif error == 0:
                 self._record(HEARTBEAT, latency)
+                self._confirm(r)
             else:
-                unusual.append((self._tokens[r.slot], API_HEARTBEAT, True, latency, error, None))
+                unusual.append((self._tokens[r.slot], r.api, True, latency, error, None))
             return 0
         if current and h.flags & COMMITTING:
             answer = PyList_GET_ITEM(self._answers, r.slot)
@@ -691,6 +732,10 @@ cdef class Lane:
              PyBytes_FromStringAndSize(<const char*>f, size))
         )
         return 0
+
+    cdef inline void _confirm(self, Request* r) noexcept:
+        self._slots[r.slot].confirmed_ms = r.due_ms
+        self._hot[r.slot].flags |= CONFIRMED
 
     cdef inline void _record(self, int kind, int64_t latency_ns) noexcept:
         self._latency[kind, _bucket(latency_ns)] += 1

@@ -216,6 +216,34 @@ class ConsumerMember:
         if not self.in_flight:
             self.next_ms = at_ms
 
+    def steady_heartbeat(self) -> ConsumerGroupHeartbeatRequest | None:
+        """The heartbeat the member would send next if it carries its epoch and nothing
+        else (None if it would carry more, or is not stable, or has one in flight): the one
+        the fleet's lane repeats, unchanged, until an answer says something new."""
+        if (
+            self._state is not State.STABLE
+            or self.in_flight
+            or self._full
+            or self.acknowledging
+            or self.member_epoch <= JOIN_EPOCH
+            or self.heartbeat_interval_ms <= 0
+            or self.assignment != self._sent_owned
+        ):
+            return None
+        return ConsumerGroupHeartbeatRequest(
+            group_id=self.group_id,
+            member_id=self.member_id,
+            member_epoch=self.member_epoch,
+            instance_id=self.group_instance_id,
+        )
+
+    def sent_steady(self, sent_ms: int) -> None:
+        """The steady heartbeat went out at `sent_ms` (from the fleet's lane, which hands
+        over its answer next), as if `poll` had sent it."""
+        self.in_flight = True
+        self.sent_ms = sent_ms
+        self.next_ms = sent_ms + self.request_timeout_ms
+
     def lost(self) -> None:
         """The heartbeat in flight will not be answered (the connection was lost, or the
         member gave up on it): whatever comes next must carry every field."""

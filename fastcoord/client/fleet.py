@@ -15,7 +15,8 @@ once per FLUSH_MS, so that a write carries many requests and the connections' wr
 spread over the ticks.
 
 Members of the consumer group protocol (KIP-848) are consumer_fleet.py's, a fleet that keeps
-all of this but what a member says once connected, and sends it without lanes.
+all of this but what a member says once connected; its steady members heartbeat and commit
+in the same lanes.
 
 Each member sits in a Seat: its place in the fleet (its index, which fixes the connection it
 shares, index // members_per_connection, and its slot in that connection's lane) and its
@@ -165,7 +166,13 @@ class Seat(Generic[M]):
     def state_changed(self, member: Any, old: State, new: State) -> None:
         """A member leaving STABLE stops heartbeating and committing at once; the
         positions its commits reached are its own again."""
-        if old is not State.STABLE or self.lane is None:
+        if old is State.STABLE:
+            self.stop_lane(member)
+
+    def stop_lane(self, member: Any) -> None:
+        """Out of its lane (if in one): the member's heartbeats and commits are the
+        fleet's again, from the positions its lane's commits reached."""
+        if self.lane is None:
             return
         offsets = self.lane.stop(self.slot)
         for key, offset in zip(self.commit_keys, offsets, strict=False):
@@ -180,6 +187,8 @@ class FleetAborted(Exception):
 
 class Fleet:
     """Members and their connections; `run` drives them until cancelled."""
+
+    LANE_HEARTBEAT: int = HEARTBEAT  # what the lanes' heartbeats are (the sink's first row)
 
     def __init__(
         self, config: FleetConfig, recorder: Recorder, wall_ms: Callable[[], int] | None = None

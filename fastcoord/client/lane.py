@@ -4,20 +4,30 @@ the poller that reads many connections' sockets at once.
 A load test's stable member does little but heartbeat every few seconds and commit every
 few; at a million members that is 333k heartbeats a second, too many for a Python object
 or call per heartbeat. So each connection has a lane: per member (its slot) the member's
-pre-encoded Heartbeat frame and, once it owns partitions, its OffsetCommit frame, each with
+pre-encoded heartbeat frame and, once it owns partitions, its OffsetCommit frame, each with
 when it is next due. `due` copies the due frames into the connection's output with fresh
 correlation ids (a commit's offsets advanced by one, as if a record had been consumed
 since). `read` walks the answers: those of the lane's requests come in request order, so
 each is matched to the oldest request of the lane still unanswered, checked, and a plain
-success (a Heartbeat answered NONE in the layout every broker sends, an OffsetCommit
-answered exactly as expected) goes into the latency sink with no Python object made.
-Anything else comes back as an `unusual` answer, for the caller to decode with the schema
-codec and act on: an error, another layout, an answer for a member that has since left
-its slot.
+success goes into the latency sink with no Python object made. Anything else comes back as
+an `unusual` answer, for the caller to decode with the schema codec and act on: an error,
+another layout, an answer for a member that has since left its slot.
+
+A plain success is, for a commit, an answer whose bytes after the correlation id are
+exactly those the slot expects. A heartbeat is either kind: a classic Heartbeat (no
+expected answer given) is read in the layout every broker sends and is a plain success when
+its error is NONE, whatever its throttle; any other heartbeat (the consumer protocol's
+ConsumerGroupHeartbeat, whose steady answer repeats the member's id, epoch and interval) is
+given the exact answer it expects, as a commit is, and anything else is unusual: a new
+epoch, an assignment, another interval, an error. One mechanism, two ways of checking.
 
 A heartbeat is not sent while the member's last is unanswered, as consumers do. A slot's
-requests answered after `stop` (the member left the stable state) are stale: its
-heartbeats' answers are dropped, its commits' are reported (the server stored them).
+requests answered after `stop` (the member left the stable state) are stale: a classic
+Heartbeat's answer in the common layout is dropped, any other heartbeat's answer and every
+commit's is reported, not current (the server stored the commit; the caller ignores the
+rest). `confirmed` tells when the slot's last heartbeat answered as a plain success was
+sent, by the clock `due` is given: a caller waiting for members to have heard of a change
+needs it, since those answers never reach it.
 
 The latency sink is an int64 array of two rows, heartbeats then commits: each row is the
 histogram's BUCKETS counts (histogram.py's buckets) then the count, the sum and the maximum
@@ -51,14 +61,17 @@ from fastcoord.client.frames import frame_size_error, heartbeat_error
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ProtocolError
 
+_INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
-CORRELATION_ID_AT = 8  # in a request frame: size, api_key, api_version, then correlation id
+API_KEY_AT = 4  # in a request frame: size, api_key, api_version, then correlation id
+CORRELATION_ID_AT = 8
 MIN_FRAME = CORRELATION_ID_AT + 4
 CORRELATION_MASK = 0x7FFFFFFF
 HEARTBEAT = 0  # the rows of the latency sink
 COMMIT = 1
-_API = (int(ApiKey.HEARTBEAT), int(ApiKey.OFFSET_COMMIT))
+CLASSIC_HEARTBEAT = int(ApiKey.HEARTBEAT)  # read by layout when no answer is expected
+OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
 # The histogram's layout (fastcoord.loadtest.histogram), repeated here so that the client
 # does not import the load test: 16 buckets per power of two above 32 us, overflow at 2**30.
 BUCKETS = 433
@@ -74,9 +87,10 @@ INTERVAL_LIMIT = (1 << 31) - 1
 OFFSET_LIMIT = 1 << 62
 
 # (token, api key, current, latency in ns, error code, frame or None): an answer the lane
-# leaves to its caller. `frame` (without its size prefix) is there when the answer must be
-# decoded; otherwise `error` is the Heartbeat's error code. `current` is False for an answer
-# of a request sent before the slot was last stopped or started.
+# leaves to its caller; the api key is the request's (a heartbeat's, that of its frame).
+# `frame` (without its size prefix) is there when the answer must be decoded; otherwise
+# `error` is the classic Heartbeat's error code. `current` is False for an answer of a
+# request sent before the slot was last stopped or started.
 Unusual = tuple[object, int, bool, int, int, bytes | None]
 Int64Array = npt.NDArray[np.int64]
 
@@ -93,9 +107,12 @@ class _Slot:
     token: object = None
     generation: int = 0  # raised by every start and stop: requests carry the one they left in
     heartbeat: bytes | None = None  # None: stopped
+    heartbeat_api: int = CLASSIC_HEARTBEAT  # the frame's api key
+    expected: bytes | None = None  # the heartbeat's plain answer; None: read by layout
     heartbeat_due: int = NEVER
     heartbeat_interval: int = 0
     in_flight: bool = False
+    confirmed: int | None = None  # the `due` time of the last heartbeat plainly answered
     commit: bytes | None = None
     offsets_at: list[int] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
@@ -110,6 +127,9 @@ class _Request:
     slot: int
     kind: int
     generation: int
+    api: int  # the request's api key
+    exact: bool  # answered plainly only by the bytes the slot expects
+    due_ms: int  # the time `due` sent it at
     sent_ns: int = 0
     answered: bool = False
 
@@ -148,20 +168,32 @@ class Lane:
     # -- members --------------------------------------------------------------------------
 
     def start(
-        self, slot: int, token: object, heartbeat: bytes, due_ms: int, interval_ms: int
+        self,
+        slot: int,
+        token: object,
+        heartbeat: bytes,
+        due_ms: int,
+        interval_ms: int,
+        answer: bytes | None = None,
     ) -> None:
         """The member `token` heartbeats in `slot` with the request frame `heartbeat`
         (size prefix included, its correlation id overwritten), first at `due_ms` and then
-        every `interval_ms`. Whatever the slot did before stops. A slot belongs to the
-        token that first started it."""
+        every `interval_ms`. An answer whose bytes after the correlation id are `answer` is
+        its plain success; with no `answer`, the frame is a classic Heartbeat's, whose
+        answers are read by layout. Whatever the slot did before stops. A slot belongs to
+        the token that first started it."""
         s = self._slot(slot)
         _check_frame("heartbeat", heartbeat)
         _check_times("heartbeat", due_ms, interval_ms)
+        if answer is not None and type(answer) is not bytes:
+            raise TypeError(f"the answer is {type(answer).__name__}, not bytes")
         if s.token is not None and s.token is not token:
             raise ValueError(f"slot {slot} belongs to another member")
         self._stop(s)
         s.token = token
         s.heartbeat = heartbeat
+        s.heartbeat_api = _INT16.unpack_from(heartbeat, API_KEY_AT)[0]
+        s.expected = answer
         s.heartbeat_due = due_ms
         s.heartbeat_interval = interval_ms
 
@@ -211,9 +243,16 @@ class Lane:
         self._stop(s)
         return offsets
 
+    def confirmed(self, slot: int) -> int | None:
+        """The `due` time (now_ms) that sent the slot's last heartbeat answered as a plain
+        success since it was started; None if none was, or the slot is stopped."""
+        return self._slot(slot).confirmed
+
     def _stop(self, s: _Slot) -> None:
         s.generation += 1
         s.heartbeat = None
+        s.expected = None
+        s.confirmed = None
         s.heartbeat_due = NEVER
         s.in_flight = False
         s.commit = None
@@ -254,7 +293,8 @@ class Lane:
                     at = len(frames)
                     frames += s.heartbeat
                     _INT32.pack_into(frames, at + CORRELATION_ID_AT, correlation_id)
-                    self._push(correlation_id, i, HEARTBEAT, s.generation)
+                    exact = s.expected is not None
+                    self._push(correlation_id, i, HEARTBEAT, s, s.heartbeat_api, exact, now_ms)
                     s.in_flight = True
             if s.commit is not None and s.commit_due <= now_ms:
                 s.commit_due = _next(s.commit_due, s.commit_interval, now_ms)
@@ -265,12 +305,14 @@ class Lane:
                 for j, offset_at in enumerate(s.offsets_at):
                     s.offsets[j] += 1
                     _INT64.pack_into(frames, at + offset_at, s.offsets[j])
-                self._push(correlation_id, i, COMMIT, s.generation)
+                self._push(correlation_id, i, COMMIT, s, OFFSET_COMMIT, True, now_ms)
         out += frames
         return correlation_id
 
-    def _push(self, correlation_id: int, slot: int, kind: int, generation: int) -> None:
-        request = _Request(correlation_id, slot, kind, generation)
+    def _push(
+        self, correlation_id: int, slot: int, kind: int, s: _Slot, api: int, exact: bool, ms: int
+    ) -> None:
+        request = _Request(correlation_id, slot, kind, s.generation, api, exact, ms)
         self._queue.append(request)
         self._unstamped.append(request)
         self._in_flight += 1
@@ -365,29 +407,33 @@ class Lane:
         if request.kind == HEARTBEAT:
             if current:
                 s.in_flight = False
+            if request.exact:
+                if current and _is(buf, start, size, s.expected):
+                    self._record(HEARTBEAT, latency)
+                    s.confirmed = request.due_ms
+                    return
+                frame = bytes(buf[start : start + size])
+                unusual.append((s.token, request.api, current, latency, 0, frame))
+                return
             error = heartbeat_error(buf, start, size, heartbeat_version)
             if error is None:
                 frame = bytes(buf[start : start + size])
-                unusual.append((s.token, _API[HEARTBEAT], current, latency, 0, frame))
+                unusual.append((s.token, request.api, current, latency, 0, frame))
             elif not current:
                 pass  # the member has moved on since: its old heartbeat says nothing now
             elif error == 0:
                 self._record(HEARTBEAT, latency)
+                s.confirmed = request.due_ms
             else:
-                unusual.append((s.token, _API[HEARTBEAT], True, latency, error, None))
+                unusual.append((s.token, request.api, True, latency, error, None))
             return
-        if (
-            current
-            and s.commit is not None
-            and size - 4 == len(s.answer)
-            and buf[start + 4 : start + size] == s.answer
-        ):
+        if current and s.commit is not None and _is(buf, start, size, s.answer):
             self._record(COMMIT, latency)
             self._commits[0] += 1
             self._commits[1] += len(s.offsets)
             return
         frame = bytes(buf[start : start + size])
-        unusual.append((s.token, _API[COMMIT], current, latency, 0, frame))
+        unusual.append((s.token, request.api, current, latency, 0, frame))
 
     def _record(self, kind: int, latency_ns: int) -> None:
         row = self._latency[kind]
@@ -396,6 +442,16 @@ class Lane:
         row[SUM] += latency_ns
         if latency_ns > row[MAX]:
             row[MAX] = latency_ns
+
+
+def _is(buf: bytes | bytearray, start: int, size: int, expected: bytes | None) -> bool:
+    """Whether the answer of `size` bytes at buf[start:] is, after its correlation id,
+    exactly `expected`."""
+    return (
+        expected is not None
+        and size - 4 == len(expected)
+        and buf[start + 4 : start + size] == expected
+    )
 
 
 def _next(due: int, interval: int, now_ms: int) -> int:

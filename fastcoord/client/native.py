@@ -1,11 +1,14 @@
 """The client's lane and poller, compiled or their twins with FASTCOORD_NO_EXTENSIONS=1,
 and the request templates the lane copies.
 
-A member's Heartbeat request never changes between rebalances but for its correlation id,
-and its OffsetCommit request but for the offsets, so the client encodes each once, as a
-template, with the schema-driven codec, and notes where the offsets are; the lane
-(_ext/client_lane.pyx, or its twin fastcoord/client/lane.py) then only copies templates
-and reads answers. Both give the same answers; only speed differs.
+A member's heartbeat request never changes between rebalances but for its correlation id
+(a classic Heartbeat, or the consumer protocol's steady ConsumerGroupHeartbeat, which
+carries its epoch and nothing else), and its OffsetCommit request but for the offsets, so
+the client encodes each once, as a template, with the schema-driven codec, and notes where
+the offsets are; the lane (_ext/client_lane.pyx, or its twin fastcoord/client/lane.py) then
+only copies templates and reads answers. The answers the lane expects byte for byte (a
+commit's, a ConsumerGroupHeartbeat's) are encoded here too, as a broker writes them. Both
+lanes give the same answers; only speed differs.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from fastcoord.protocol import framing
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.headers import RequestHeader
 from fastcoord.protocol.messages import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
     HeartbeatRequest,
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
@@ -35,6 +40,8 @@ __all__ = [
     "commit_answer",
     "commit_offsets",
     "commit_template",
+    "consumer_heartbeat_answer",
+    "consumer_heartbeat_template",
     "heartbeat_template",
     "make_lane",
     "make_poller",
@@ -59,8 +66,15 @@ class Lane(Protocol):
     @property
     def received_at_ns(self) -> int: ...
     def start(
-        self, slot: int, token: object, heartbeat: bytes, due_ms: int, interval_ms: int
+        self,
+        slot: int,
+        token: object,
+        heartbeat: bytes,
+        due_ms: int,
+        interval_ms: int,
+        answer: bytes | None = None,
     ) -> None: ...
+    def confirmed(self, slot: int) -> int | None: ...
     def start_commits(
         self,
         slot: int,
@@ -138,6 +152,33 @@ def heartbeat_template(
     header = RequestHeader(ApiKey.HEARTBEAT, version, 0, client_id)
     request = HeartbeatRequest(group_id, generation_id, member_id, group_instance_id)
     return framing.encode_request(header, request)
+
+
+def consumer_heartbeat_template(
+    version: int, client_id: str, request: ConsumerGroupHeartbeatRequest
+) -> bytes:
+    """A member's steady ConsumerGroupHeartbeat (consumer_member.steady_heartbeat) as a
+    frame, size prefix included, with correlation id 0: the template the lane copies."""
+    header = RequestHeader(ApiKey.CONSUMER_GROUP_HEARTBEAT, version, 0, client_id)
+    return framing.encode_request(header, request)
+
+
+def consumer_heartbeat_answer(
+    version: int, member_id: str, member_epoch: int, heartbeat_interval_ms: int
+) -> bytes:
+    """The bytes after the correlation id of the answer every steady heartbeat of the member
+    gets while nothing changes: no error, no message, its id and epoch, the interval it
+    heartbeats at, no assignment, no throttle, no tagged fields."""
+    response = ConsumerGroupHeartbeatResponse(
+        throttle_time_ms=0,
+        error_code=0,
+        error_message=None,
+        member_id=member_id,
+        member_epoch=member_epoch,
+        heartbeat_interval_ms=heartbeat_interval_ms,
+        assignment=None,
+    )
+    return framing.encode_response(0, version, response)[8:]
 
 
 def commit_template(

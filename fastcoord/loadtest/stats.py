@@ -23,7 +23,8 @@ from fastcoord.protocol.api_keys import ApiKey
 
 # Rows of the errors table a worker keeps per second; past it errors are only counted.
 MAX_ERROR_ROWS = 10_000
-# The APIs of the rows of a lane's latency sink.
+# The APIs of the rows of a lane's latency sink: its heartbeats' (a classic fleet's; a
+# consumer-protocol fleet's lanes carry ConsumerGroupHeartbeat), then its commits'.
 SINK_APIS = (int(ApiKey.HEARTBEAT), int(ApiKey.OFFSET_COMMIT))
 
 
@@ -82,10 +83,14 @@ class Recorder:
     and empties.
     """
 
-    def __init__(self, worker: int, cpu_s: float | None = None) -> None:
+    def __init__(
+        self, worker: int, cpu_s: float | None = None, heartbeat_api: int = ApiKey.HEARTBEAT
+    ) -> None:
         """`cpu_s` is the process's CPU time now (default `time.process_time()`): what the
-        first take's CPU is counted from."""
+        first take's CPU is counted from. `heartbeat_api` is what the lanes' heartbeats
+        are (the fleet's LANE_HEARTBEAT)."""
         self.worker = worker
+        self.sink_apis = (int(heartbeat_api), *SINK_APIS[1:])
         self._cpu_s = time.process_time() if cpu_s is None else cpu_s
         # The lists live as long as the Recorder (take empties them), so that a loop may
         # hold on to the one `latencies` gave it.
@@ -197,7 +202,7 @@ class Recorder:
             errors[api_key][code] = n
         sunk = {
             api_key: row
-            for api_key, row in zip(SINK_APIS, self.latency_sink, strict=True)
+            for api_key, row in zip(self.sink_apis, self.latency_sink, strict=True)
             if row[lane.COUNT]
         }
         apis = []

@@ -55,8 +55,8 @@ def main(job: Job, pipe: Pipe) -> None:
 
 
 async def _run(job: Job, pipe: Pipe) -> None:
-    recorder = Recorder(job.worker)
     kind = ConsumerFleet if job.fleet.group_protocol == "consumer" else Fleet
+    recorder = Recorder(job.worker, heartbeat_api=kind.LANE_HEARTBEAT)
     fleet = kind(job.fleet, recorder)
     deadline = trio.current_time() + job.plan.duration_s - (time.time() - job.started_wall)
     async with trio.open_nursery() as nursery:

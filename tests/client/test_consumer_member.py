@@ -404,3 +404,37 @@ def test_offsets_are_fetched_for_what_is_added_and_forgotten_for_what_is_revoked
     assert (TOPIC, 0) not in m.positions
     second = m.fetch_offsets()
     assert second is not None and second.topics[0].partition_indexes == [2]
+
+
+def test_the_steady_heartbeat_is_the_next_one_sent_while_nothing_changes() -> None:
+    """What the fleet's lane repeats is exactly what the member sends once it has joined and
+    acknowledged; while joining, acknowledging, in flight or after an error there is none."""
+    group = Group()
+    m = group.add()
+    assert m.steady_heartbeat() is None  # not in the group
+    group.join(m)
+    assert m.acknowledging and m.steady_heartbeat() is None  # its assignment to acknowledge
+    group.run(50)
+    expected = ConsumerGroupHeartbeatRequest(
+        group_id="g", member_id=m.member_id, member_epoch=m.member_epoch
+    )
+    assert m.steady_heartbeat() == expected
+    assert expected.rebalance_timeout_ms == -1 and expected.topic_partitions is None
+    sent = m.poll(m.next_ms)
+    assert sent == expected and m.steady_heartbeat() is None  # in flight
+    assert m.on_heartbeat(answer(epoch=m.member_epoch), group.core.now) is Next.NOTHING
+    assert m.steady_heartbeat() == expected
+    # The lane sent it and hands over an answer that errs: the member takes it as its own.
+    m.sent_steady(group.core.now - 3)
+    assert m.in_flight and m.sent_ms == group.core.now - 3
+    m.on_heartbeat(answer(ErrorCode.COORDINATOR_NOT_AVAILABLE), group.core.now)
+    assert m.steady_heartbeat() is None  # the next is full
+    static = group.add("i-1")
+    group.join(static)
+    group.run(50)
+    assert static.steady_heartbeat() == ConsumerGroupHeartbeatRequest(
+        group_id="g",
+        member_id=static.member_id,
+        member_epoch=static.member_epoch,
+        instance_id="i-1",
+    )

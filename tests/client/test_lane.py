@@ -21,13 +21,22 @@ from hypothesis import strategies as st
 
 from fastcoord._ext import client_lane as compiled  # type: ignore[attr-defined]
 from fastcoord.client import lane as twin
-from fastcoord.client.native import commit_answer, commit_offsets, commit_template
+from fastcoord.client.native import (
+    commit_answer,
+    commit_offsets,
+    commit_template,
+    consumer_heartbeat_answer,
+    consumer_heartbeat_template,
+)
 from fastcoord.client.native import heartbeat_template as template
 from fastcoord.loadtest import histogram
 from fastcoord.protocol import framing
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ProtocolError
 from fastcoord.protocol.messages import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    ConsumerGroupHeartbeatResponseAssignment,
     HeartbeatRequest,
     HeartbeatResponse,
     LeaveGroupResponse,
@@ -41,6 +50,8 @@ from fastcoord.protocol.messages import (
 
 IMPLS = [pytest.param(compiled.Lane, id="compiled"), pytest.param(twin.Lane, id="twin")]
 HEARTBEAT, COMMIT = ApiKey.HEARTBEAT, ApiKey.OFFSET_COMMIT
+CGH = ApiKey.CONSUMER_GROUP_HEARTBEAT
+INTERVAL = 5000  # the consumer-protocol members' heartbeat interval, as a coordinator says
 MAX = 1 << 20
 ROW = twin.ROW
 
@@ -67,6 +78,24 @@ def frames_of(out: bytes | bytearray) -> list[bytes]:
 
 def answer(correlation_id: int, version: int, error: int, throttle: int = 0) -> bytes:
     return framing.encode_response(correlation_id, version, HeartbeatResponse(throttle, error))
+
+
+def steady(member: str, epoch: int, instance: str | None = None) -> ConsumerGroupHeartbeatRequest:
+    """A steady ConsumerGroupHeartbeat: its epoch, and every field that may be null, null."""
+    return ConsumerGroupHeartbeatRequest(
+        group_id="g", member_id=member, member_epoch=epoch, instance_id=instance
+    )
+
+
+def consumer_template(version: int, member: str, epoch: int) -> bytes:
+    return consumer_heartbeat_template(version, "c", steady(member, epoch))
+
+
+def consumer_answer(correlation_id: int, version: int, **fields: Any) -> bytes:
+    """A ConsumerGroupHeartbeat answer: the steady one unless `fields` say otherwise."""
+    base: dict[str, Any] = {"member_epoch": 1, "heartbeat_interval_ms": INTERVAL}
+    response = ConsumerGroupHeartbeatResponse(**{**base, **fields})
+    return framing.encode_response(correlation_id, version, response)
 
 
 def commit_request(offsets: list[int], group: str = "g", member: str = "m") -> OffsetCommitRequest:
@@ -263,6 +292,128 @@ def test_the_walk_starts_at_pos_and_refuses_what_cannot_be(impl: Any) -> None:
         lane.read(bytearray(4), 0, 100, -1, 0, [], [])
 
 
+# -- consumer-protocol heartbeats -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_the_consumer_templates_are_what_a_steady_member_sends_and_hears(version: int) -> None:
+    frame = consumer_template(version, "m", 7)
+    header, request, extra = framing.decode_request(frame[4:])
+    assert (header.api_key, header.api_version, header.correlation_id, extra) == (
+        CGH,
+        version,
+        0,
+        0,
+    )
+    assert request == steady("m", 7)
+    assert request.rebalance_timeout_ms == -1 and request.topic_partitions is None
+    expected = consumer_heartbeat_answer(version, "m", 7, INTERVAL)
+    assert expected == consumer_answer(0, version, member_id="m", member_epoch=7)[8:]
+    # No throttle, no error, no message, the member's id, epoch and interval, no
+    # assignment, no tagged fields: the steady answer every heartbeat of the member gets.
+    _, decoded = framing.decode_response(CGH, version, (0).to_bytes(4, "big") + expected)
+    assert decoded == ConsumerGroupHeartbeatResponse(0, 0, None, "m", 7, INTERVAL, None)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("version", [0, 1])
+def test_consumer_heartbeats_answered_as_expected_are_recorded_and_others_returned(
+    impl: Any, version: int
+) -> None:
+    lane, latency, _ = make(impl, 3)
+    for i in range(3):
+        lane.start(
+            i,
+            f"m{i}",
+            consumer_template(version, f"m{i}", 4),
+            0,
+            INTERVAL,
+            consumer_heartbeat_answer(version, f"m{i}", 4, INTERVAL),
+        )
+        assert lane.confirmed(i) is None
+    out = bytearray()
+    assert lane.due(100, 0, out) == 3
+    assert [framing.decode_request(f[4:])[1] for f in frames_of(out)] == [
+        steady(f"m{i}", 4) for i in range(3)
+    ]
+    lane.stamp(1_000)
+    plain = consumer_answer(1, version, member_id="m0", member_epoch=4)
+    moved = consumer_answer(2, version, member_id="m1", member_epoch=5)  # a new epoch
+    given = consumer_answer(
+        3,
+        version,
+        member_id="m2",
+        member_epoch=4,
+        assignment=ConsumerGroupHeartbeatResponseAssignment([]),
+    )
+    end, unusual, others = read(lane, plain + moved + given, 9_000)
+    assert end == len(plain + moved + given) and others == []
+    assert unusual == [
+        ("m1", CGH, True, 8_000, 0, moved[4:]),
+        ("m2", CGH, True, 8_000, 0, given[4:]),
+    ]
+    assert latency[0, twin.COUNT] == 1 and latency[0, twin.SUM] == 8_000
+    assert lane.in_flight == 0
+    assert [lane.confirmed(i) for i in range(3)] == [100, None, None]
+    # The slot stopped while its heartbeat is out: its answer is not current.
+    lane.due(INTERVAL + 100, 3, bytearray())
+    lane.stop(0)
+    assert lane.confirmed(0) is None
+    late = consumer_answer(4, version, member_id="m0", member_epoch=4)
+    assert read(lane, late, 10_000)[1] == [("m0", CGH, False, 10_000, 0, late[4:])]
+    assert latency[0, twin.COUNT] == 1
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_consumer_heartbeat_answered_in_error_is_returned_whole(impl: Any) -> None:
+    lane, latency, _ = make(impl, 1)
+    expected = consumer_heartbeat_answer(1, "m", 4, INTERVAL)
+    lane.start(0, "m", consumer_template(1, "m", 4), 0, INTERVAL, expected)
+    lane.due(0, 0, bytearray())
+    fenced = consumer_answer(1, 1, error_code=110, member_epoch=-1)
+    # Its classic reading would find an error code where there is none: it is not read so.
+    assert read(lane, fenced, 5, version=4)[1] == [("m", CGH, True, 5, 0, fenced[4:])]
+    assert latency[0, twin.COUNT] == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from([0, 1]),
+    st.text(max_size=30),
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(1, 2**31 - 1),
+    st.data(),
+)
+def test_an_answer_differing_from_the_expected_in_any_byte_is_unusual(
+    version: int, member: str, epoch: int, interval: int, data: st.DataObject
+) -> None:
+    """The expected answer itself is a plain success; any byte changed, added or taken
+    away, and the answer goes back to the caller whole, in both implementations alike."""
+    expected = consumer_heartbeat_answer(version, member, epoch, interval)
+    how = data.draw(st.sampled_from(["same", "changed", "added", "removed"]))
+    body = bytearray(expected)
+    if how == "changed":
+        at = data.draw(st.integers(0, len(body) - 1))
+        body[at] ^= data.draw(st.integers(1, 255))
+    elif how == "added":
+        body.insert(data.draw(st.integers(0, len(body))), data.draw(st.integers(0, 255)))
+    elif how == "removed":
+        del body[data.draw(st.integers(0, len(body) - 1))]
+    frame = sized((1).to_bytes(4, "big") + bytes(body))
+    results = []
+    for impl in (compiled.Lane, twin.Lane):
+        lane, latency, _ = make(impl, 1)
+        lane.start(0, "t", consumer_template(version, member, epoch), 0, 1, expected)
+        lane.due(0, 0, bytearray())
+        _, unusual, others = read(lane, frame, 3)
+        results.append((unusual, others, int(latency[0, twin.COUNT]), lane.confirmed(0)))
+    assert results[0] == results[1]
+    if how == "same":
+        assert results[0] == ([], [], 1, 0)
+    else:
+        assert results[0] == ([("t", CGH, True, 3, 0, frame[4:])], [], 0, None)
+
+
 # -- commits ---------------------------------------------------------------------------------
 
 
@@ -383,11 +534,15 @@ VERSIONS = st.sampled_from([0, 3, 4])
 KINDS = ["start", "commits", "stop", "due", "due", "stamp", "answers", "answers", "claim", "lost"]
 
 
+Program = tuple[int, tuple[int, int], list[tuple[Any, ...]]]
+
+
 @st.composite
-def programs(draw: st.DrawFn) -> tuple[int, int, list[tuple[Any, ...]]]:
-    """A lane's life: members started and stopped, clocks, and answers of every kind."""
+def programs(draw: st.DrawFn) -> Program:
+    """A lane's life: members started and stopped (classic and consumer-protocol ones, each
+    slot either from one start to the next), clocks, and answers of every kind."""
     slots = draw(st.integers(0, 6))
-    version = draw(VERSIONS)
+    versions = (draw(VERSIONS), draw(st.sampled_from([0, 1])))  # Heartbeat's, CGH's
     slot = st.integers(-1, slots)
     ms = st.one_of(st.integers(-3_000, 30_000), st.integers(-(2**40), 2**40))
     ops: list[tuple[Any, ...]] = []
@@ -402,6 +557,7 @@ def programs(draw: st.DrawFn) -> tuple[int, int, list[tuple[Any, ...]]]:
                     draw(st.integers(0, 3)),
                     draw(ms),
                     draw(st.sampled_from([1, 7, 100, 3000, 20_000, 2**31 - 1])),
+                    draw(st.booleans()),  # a consumer-protocol member
                 )
             )
         elif kind == "commits":
@@ -422,17 +578,19 @@ def programs(draw: st.DrawFn) -> tuple[int, int, list[tuple[Any, ...]]]:
             ops.append((kind, draw(st.integers(0, 9)), draw(st.integers(0, 2**50))))
         else:
             ops.append((kind,))
-    return slots, version, ops
+    return slots, versions, ops
 
 
 class Run:
     """One implementation's life through a program, and everything it gave back."""
 
-    def __init__(self, impl: Any, slots: int, version: int) -> None:
+    def __init__(self, impl: Any, slots: int, versions: tuple[int, int]) -> None:
         self.lane, self.latency, self.commits = make(impl, slots)
-        self.version = version
+        self.slots = slots
+        self.version, self.consumer_version = versions
         self.correlation = 0
-        self.sent: list[tuple[int, int]] = []  # (correlation id, api key), oldest first
+        # (correlation id, api key, the request), oldest first
+        self.sent: list[tuple[int, int, Any]] = []
         self.buf = bytearray()
         self.pending = b""  # answers not yet read: a read may end inside a frame
         self.log: list[Any] = []
@@ -441,9 +599,16 @@ class Run:
         kind, *args = op
         lane = self.lane
         if kind == "start":
-            slot, member, generation, due, interval = args
-            frame = template(self.version, "c", "g", generation, f"m{member}", None)
-            self.log.append(outcome(lane.start, slot, f"token{slot}", frame, due, interval))
+            slot, member, generation, due, interval, consumer = args
+            if consumer:
+                v = self.consumer_version
+                frame = consumer_template(v, f"m{member}", generation)
+                expected = consumer_heartbeat_answer(v, f"m{member}", generation, INTERVAL)
+                started = outcome(lane.start, slot, f"token{slot}", frame, due, interval, expected)
+            else:
+                frame = template(self.version, "c", "g", generation, f"m{member}", None)
+                started = outcome(lane.start, slot, f"token{slot}", frame, due, interval)
+            self.log.append(started)
         elif kind == "commits":
             slot, partitions, due, interval = args
             request = commit_request(partitions, member=f"m{slot}")
@@ -469,8 +634,8 @@ class Run:
             if result[0] == "ok":
                 self.correlation = result[1]
                 for frame in frames_of(out):
-                    header, _, _ = framing.decode_request(frame[4:])
-                    self.sent.append((header.correlation_id, header.api_key))
+                    header, request, _ = framing.decode_request(frame[4:])
+                    self.sent.append((header.correlation_id, header.api_key, request))
         elif kind == "stamp":
             lane.stamp(args[0])
         elif kind == "answers":
@@ -489,17 +654,31 @@ class Run:
                 self.buf.clear()
         elif kind == "claim":
             if self.sent:
-                correlation, api = self.sent.pop(args[0] % len(self.sent))
+                correlation, api, request = self.sent.pop(args[0] % len(self.sent))
                 unusual = []
-                frame = self._answer(correlation, api, args[0])[4:]
+                frame = self._answer(correlation, api, request, args[0])[4:]
                 claimed = outcome(lane.claim, correlation, frame, self.version, args[1], unusual)
                 self.log.append((claimed, unusual))
         else:
             self.log.append(lane.lost())
             self.sent.clear()
-        self.log.append((lane.in_flight, self.latency.tolist(), self.commits.tolist()))
+        confirmed = [lane.confirmed(i) for i in range(self.slots)]
+        self.log.append((lane.in_flight, self.latency.tolist(), self.commits.tolist(), confirmed))
 
-    def _answer(self, correlation: int, api: int, choice: int) -> bytes:
+    def _answer(self, correlation: int, api: int, request: Any, choice: int) -> bytes:
+        if api == CGH:
+            v = self.consumer_version
+            steady = {"member_id": request.member_id, "member_epoch": request.member_epoch}
+            if choice < 5:  # the steady answer (its slot's, unless restarted since)
+                return consumer_answer(correlation, v, **steady)
+            changed: dict[str, Any] = [
+                {"throttle_time_ms": 1},
+                {"error_code": 110, "error_message": "fenced"},
+                {"member_epoch": request.member_epoch + 1},
+                {"heartbeat_interval_ms": INTERVAL + 1},
+                {"assignment": ConsumerGroupHeartbeatResponseAssignment([])},
+            ][choice - 5]
+            return consumer_answer(correlation, v, **{**steady, **changed})
         if api == COMMIT:
             errors = [0, 0, 0] if choice < 6 else [0, choice, 0]
             return commit_response(correlation, 8, errors[: 1 + choice % 3])
@@ -515,19 +694,19 @@ class Run:
             if choice == 9 or not self.sent:  # not the lane's
                 out += framing.encode_response(10**6 + choice, 3, LeaveGroupResponse(0))
             elif choice == 8 and len(self.sent) > 1:  # out of order
-                correlation, api = self.sent.pop(1)
-                out += self._answer(correlation, api, choice)
+                correlation, api, request = self.sent.pop(1)
+                out += self._answer(correlation, api, request, choice)
             else:
-                correlation, api = self.sent.pop(0)
-                out += self._answer(correlation, api, choice)
+                correlation, api, request = self.sent.pop(0)
+                out += self._answer(correlation, api, request, choice)
         return out
 
 
 @settings(max_examples=500, deadline=None)
 @given(programs())
-def test_the_lane_matches_its_twin(program: tuple[int, int, list[tuple[Any, ...]]]) -> None:
-    slots, version, ops = program
-    runs = [Run(compiled.Lane, slots, version), Run(twin.Lane, slots, version)]
+def test_the_lane_matches_its_twin(program: Program) -> None:
+    slots, versions, ops = program
+    runs = [Run(compiled.Lane, slots, versions), Run(twin.Lane, slots, versions)]
     for op in ops:
         for run in runs:
             run.act(op)
