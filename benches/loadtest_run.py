@@ -7,7 +7,11 @@ Starts the server (in memory, pinned to one core when there are two) and the loa
 (pinned to the other), samples the server's CPU and memory over the last `--window`
 seconds of the run (the steady part, after the joins), and prints the loadtest's summary
 figures for that window beside the server's: heartbeats/s, p50/p99/p99.9, the server's and
-the generator's share of a core. With `--scrape-every S` the server's admin port is on and
+the generator's share of a core. `--group-protocol consumer` runs members of the consumer
+group protocol instead, `both` runs each in turn against its own fresh server (classic
+first), at the same heartbeat interval (the server's `group.consumer.heartbeat.interval.ms`
+set to `--heartbeat-interval-ms`), and prints the two side by side. With
+`--scrape-every S` the server's admin port is on and
 scraped (`GET /metrics`) every S seconds through the run, and `GET /v1/groups` once in the
 window, each timed: what watching a server of that size costs it. Nothing here runs at
 import (asv imports benches/).
@@ -39,11 +43,14 @@ def rss_mb(pid: int) -> float:
     return rss_bytes(pid) / (1 << 20)
 
 
-def window_figures(out: Path, first: int, last: int) -> dict[str, Any]:
+HEARTBEAT_API = {"classic": "Heartbeat", "consumer": "ConsumerGroupHeartbeat"}
+
+
+def window_figures(out: Path, first: int, last: int, api: str = "Heartbeat") -> dict[str, Any]:
     """Heartbeat latency and generator CPU over seconds first..last of the run."""
     hb = Histogram()
     for r in ds.dataset(out / "latency", format="parquet").to_table().to_pylist():
-        if r["api"] == "Heartbeat" and first <= r["elapsed_s"] <= last:
+        if r["api"] == api and first <= r["elapsed_s"] <= last:
             hb.merge(
                 Histogram.from_sparse(
                     r["buckets"], r["counts"], r["sum_us"] * 1000, r["max_us"] * 1000
@@ -136,13 +143,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat-interval-ms", type=int, default=3_000)
     parser.add_argument("--commit-interval-ms", type=int, default=5_000)
     parser.add_argument(
+        "--group-protocol", choices=["classic", "consumer", "both"], default="classic"
+    )
+    parser.add_argument(
         "--scrape-every", type=float, metavar="S", help="admin port on, /metrics scraped every S s"
     )
     args = parser.parse_args(argv)
+    protocols = ["classic", "consumer"] if args.group_protocol == "both" else [args.group_protocol]
+    rows = []
+    failed = False
+    for protocol in protocols:
+        line, returncode = measure(args, protocol)
+        rows.append((protocol, line))
+        failed |= returncode != 0
+    if len(rows) > 1:
+        print("side by side, one after the other:")
+        for protocol, line in rows:
+            print(f"  {protocol}: {line}")
+    return 1 if failed else 0
+
+
+def measure(args: argparse.Namespace, protocol: str) -> tuple[str, int]:
+    """One run against a fresh server: its summary printed, and the steady window's line."""
     client_core, server_core = cores()
     with tempfile.TemporaryDirectory(prefix="fastcoord-loadtest-run-") as tmp:
         out = Path(tmp) / "run"
         server_args: tuple[str, ...] = ("--in-memory", "--num-partitions", "12")
+        if protocol == "consumer":
+            interval = str(args.heartbeat_interval_ms)
+            server_args += ("--group-consumer-heartbeat-interval-ms", interval)
+            server_args += ("--group-consumer-min-heartbeat-interval-ms", interval)
         if args.scrape_every:
             server_args += ("--admin-port", "0")
         with fastcoord_server(Path(tmp), *server_args, core=server_core) as server:
@@ -150,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 *(["taskset", "-c", str(client_core)] if client_core is not None else []),
                 sys.executable,
                 *("-m", "fastcoord", "loadtest", "--bootstrap", server.bootstrap),
+                *("--group-protocol", protocol),
                 *("--members", str(args.members), "--groups", str(args.groups)),
                 *("--members-per-connection", str(args.members_per_connection)),
                 *("--processes", str(args.processes), "--duration", str(args.duration)),
@@ -173,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             rss = rss_mb(server.pid)
             output, _ = run.communicate(timeout=args.duration + 120)
         first = int(t0 - started)
-        figures = window_figures(out, first + 1, int(t1 - started))
+        figures = window_figures(out, first + 1, int(t1 - started), HEARTBEAT_API[protocol])
         summary = json.loads((out / "summary.json").read_text())
     server_cores = (after[0] - before[0]) / (t1 - t0) if before and after else None
     print(output.decode(errors="replace"))
@@ -183,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         if server_cores is not None and figures["heartbeats_per_s"]
         else ""
     )
-    print(
+    line = (
         f"steady window {args.window:.0f} s: {figures['stable']:,} members stable, "
         f"{figures['heartbeats_per_s']:,.0f} heartbeats/s, p50 {figures['p50_ms']:.2f} ms, "
         f"p99 {figures['p99_ms']:.2f} ms, p99.9 {figures['p99_9_ms']:.2f} ms, "
@@ -192,9 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         f"RSS {rss:.0f} MB; {per_heartbeat}generator {figures['generator_cores']:.2f} cores "
         f"(whole run {summary['generator']['cores']:.2f}); exit {run.returncode}"
     )
+    print(f"{protocol}: {line}")
     if scrape.seconds:
         print(scrape.describe())
-    return 0 if run.returncode == 0 else 1
+    return line, run.returncode
 
 
 if __name__ == "__main__":
