@@ -169,7 +169,8 @@ def _report(
     before: tuple[int, ConsumerGroupState | None],
 ) -> None:
     """Events for the event log: a new group epoch starts a rebalance; reaching Stable
-    completes it."""
+    completes the one started. Stable is reached without one too (a static member back
+    from its -2 leave at the epoch it had, or a group loaded mid-rebalance): no event."""
     group = gm.consumer_groups.get(group_id)
     if group is None:
         return
@@ -186,8 +187,12 @@ def _report(
             members=len(group.members),
             reason=f"group epoch {group.group_epoch}",
         )
-    if group.state is ConsumerGroupState.STABLE and state is not ConsumerGroupState.STABLE:
-        started = group.rebalance_started_ms
+    started = group.rebalance_started_ms
+    if (
+        group.state is ConsumerGroupState.STABLE
+        and state is not ConsumerGroupState.STABLE
+        and started is not None
+    ):
         group.rebalance_started_ms = None
         gm.ctx.event(
             result,
@@ -196,7 +201,7 @@ def _report(
             group_id,
             generation=group.group_epoch,
             members=len(group.members),
-            duration_ms=0 if started is None else now_ms - started,
+            duration_ms=now_ms - started,
         )
 
 

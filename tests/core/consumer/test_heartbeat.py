@@ -162,6 +162,28 @@ def test_a_static_member_that_leaves_for_a_while_keeps_its_place() -> None:
     assert kept is None or group.target.get("s1-again") is not None
 
 
+def test_a_static_member_back_at_its_epoch_completes_no_rebalance() -> None:
+    """Its -2 leave leaves the group Reconciling (its member is not at the target epoch)
+    and its return makes it Stable again, with no new epoch: no rebalance started, so the
+    event log says none completed."""
+    h = ConsumerHarness()
+    h.enter("s1", instance_id="i1")
+    h.enter("m")
+    for _ in range(3):
+        for member, instance in (("s1", "i1"), ("m", None)):
+            m = h.consumer_group().members[member]
+            owned = {h.topics.topic_by_id(t)[0]: sorted(ps) for t, ps in m.current.assigned.items()}
+            h.beat(member, m.member_epoch, owned=owned, instance_id=instance)
+    assert h.consumer_group().state is ConsumerGroupState.STABLE
+    epoch = h.consumer_group().group_epoch
+    events = len(h.events)
+    h.exit("s1", instance_id="i1", epoch=-2)
+    back = h.enter("s1-again", instance_id="i1")
+    assert back.error_code == 0 and h.consumer_group().group_epoch == epoch
+    kinds = [e.kind for e in h.events[events:]]
+    assert "rebalance_started" not in kinds and "rebalance_completed" not in kinds, kinds
+
+
 def test_an_instance_id_still_in_use_is_refused() -> None:
     h = ConsumerHarness()
     h.enter("s1", instance_id="i1")
