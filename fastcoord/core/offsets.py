@@ -12,7 +12,7 @@ from array import array
 
 from fastcoord.core.classic.subscriptions import parse_subscription_topics
 from fastcoord.core.native import offset_table
-from fastcoord.core.offset_manager import OffsetManager
+from fastcoord.core.offset_manager import CommitCheck, OffsetManager
 from fastcoord.core.records import OffsetCommitKey, OffsetCommits, Record
 from fastcoord.core.result import Call, Event, Handle, Result
 from fastcoord.protocol.commit_batch import OffsetCommitAnswer, OffsetCommitBatch
@@ -76,17 +76,28 @@ def offset_commits(
     om: OffsetManager, requests: list[tuple[Handle, OffsetCommitBatch]], now_ms: int, result: Result
 ) -> None:
     """OffsetCommit requests read one after another, each checked as Kafka's
-    handleCommitOffsets checks it; what they commit goes out in one append. Consecutive
-    commits of the same member of the same group are checked once: nothing between them
-    could change the answer (a commit changes no group state until it is durable)."""
+    handleCommitOffsets checks it; what they commit goes out in one append. A run of
+    consecutive commits to the same group asks once whether this coordinator serves the
+    group and which kind of group it is (which check its commits get), and consecutive
+    commits of the same member are checked once: nothing between them could change the
+    answer (a commit changes no group state until it is durable)."""
     accepted: list[_Accepted] = []
     checked: tuple[str, int, str, str | None] | None = None
+    checked_group: str | None = None
+    status: ErrorCode | None = None  # why this coordinator cannot serve the group
+    check: CommitCheck | None = None  # the group's, when it is served
     verdict = ErrorCode.NONE
     for handle, batch in requests:
         key = (batch.group_id, batch.generation_id, batch.member_id, batch.group_instance_id)
         if key != checked:
+            group_id = batch.group_id
+            if checked is None or group_id != checked_group:
+                checked_group = group_id
+                status = om.ctx.group_status_error(group_id, batch)
+                check = om.groups.offset_commit_check(group_id) if status is None else None
             checked = key
-            verdict = _admit(om, batch, now_ms)
+            error = status if check is None else check(batch, now_ms)
+            verdict = ErrorCode.NONE if error is None else error
         if verdict != ErrorCode.NONE:
             result.respond(handle, OffsetCommitAnswer(batch, verdict))
             continue
@@ -119,14 +130,6 @@ def offset_commits(
             )
 
     om.ctx.append(result, [commits for *_, commits in accepted], stored)
-
-
-def _admit(om: OffsetManager, batch: OffsetCommitBatch, now_ms: int) -> ErrorCode:
-    """Why a commit is refused, or NONE."""
-    error = om.ctx.group_status_error(batch.group_id, batch)
-    if error is None:
-        error = om.groups.validate_offset_commit(batch, now_ms)
-    return ErrorCode.NONE if error is None else error
 
 
 def _records(
