@@ -169,7 +169,7 @@ class Coordinator:
             call = Call(handle, version, now_ms, client_id, client_host, result)
             self._handlers[type(request)](call, request)
         finally:
-            self.runtime.end()
+            self.runtime.result = None
         return result
 
     def commit_offsets(
@@ -181,7 +181,7 @@ class Coordinator:
         try:
             offsets.offset_commits(self.offset_manager, requests, now_ms, result)
         finally:
-            self.runtime.end()
+            self.runtime.result = None
         return result
 
     def heartbeat_answers(self) -> dict[int, int]:
@@ -207,7 +207,7 @@ class Coordinator:
             for key in self.runtime.due(now_ms, limit):
                 self._fire(key, now_ms, result)
         finally:
-            self.runtime.end()
+            self.runtime.result = None
         return result
 
     def next_deadline(self) -> int | None:
@@ -225,7 +225,7 @@ class Coordinator:
                 for callback in self.runtime.completed(token):
                     callback(error, now_ms, result)
         finally:
-            self.runtime.end()
+            self.runtime.result = None
         return result
 
     def shutdown(self, now_ms: int) -> Result:
@@ -237,7 +237,7 @@ class Coordinator:
             for group in self.groups.values():
                 responses.unload_group(group, result)
         finally:
-            self.runtime.end()
+            self.runtime.result = None
         return result
 
     # The runtime's timers and appends, for tests and tools that drive them directly.

@@ -231,7 +231,7 @@ class Group:
     # -- state -----------------------------------------------------------------------
 
     def is_(self, state: GroupState) -> bool:
-        return self.state is state
+        return self._state is state  # not through the property: a call less, on hot paths
 
     def transition_to(self, target: GroupState, now_ms: int, why: str) -> None:
         self.state = transition(self.group_id, self.state, target, why)

@@ -30,12 +30,20 @@ class Expiration(NamedTuple):
     topic_expires: Callable[[str], bool]
 
 
+# Why a commit is refused, or None (a commit may create a simple group, and counts as a
+# sign of life of its member): (batch, now_ms) -> error.
+CommitCheck = Callable[[OffsetCommitBatch, int], "ErrorCode | None"]
+
+
 class GroupView(Protocol):
     """What the offset manager may know of groups (Kafka's Group.validateOffset*)."""
 
-    def validate_offset_commit(self, batch: OffsetCommitBatch, now_ms: int) -> ErrorCode | None:
-        """Why the commit is refused, or None (a commit may create a simple group, and
-        counts as a sign of life of its member)."""
+    def offset_commit_check(self, group_id: str) -> CommitCheck:
+        """The CommitCheck of commits to the group: the validateOffsetCommit of the kind
+        of group the id names. It holds for a run of commits to the group, asked once:
+        checking a commit never changes which kind the id names (a classic check may
+        create a classic group where there was none of either kind), and a commit changes
+        nothing until it is durable."""
 
     def validate_offset_fetch(
         self, group_id: str, member_id: str | None, member_epoch: int
@@ -102,8 +110,12 @@ class OffsetManager:
         self._table(key.group).put(key.topic, key.partition, value)
 
     def replay_commits(self, commits: OffsetCommits, now_ms: int) -> None:
-        self.groups.ensure_group(commits.group_id, now_ms)
-        self._table(commits.group_id).replay_commits(commits.batch, commits.commit_timestamp)
+        group_id = commits.group_id
+        self.groups.ensure_group(group_id, now_ms)
+        table = self._offsets.get(group_id)  # _table's, without its call: once a commit
+        if table is None:
+            table = self._offsets[group_id] = offset_table.OffsetTable()
+        table.replay_commits(commits.batch, commits.commit_timestamp)
 
     # -- retention ------------------------------------------------------------------------
 

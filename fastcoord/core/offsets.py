@@ -12,7 +12,7 @@ from array import array
 
 from fastcoord.core.classic.subscriptions import parse_subscription_topics
 from fastcoord.core.native import offset_table
-from fastcoord.core.offset_manager import OffsetManager
+from fastcoord.core.offset_manager import CommitCheck, OffsetManager
 from fastcoord.core.records import OffsetCommitKey, OffsetCommits, Record
 from fastcoord.core.result import Call, Event, Handle, Result
 from fastcoord.protocol.commit_batch import OffsetCommitAnswer, OffsetCommitBatch
@@ -38,20 +38,28 @@ __all__ = ["parse_subscription_topics"]  # where the interop tests have always f
 TopicPartition = tuple[str, int]
 
 
+# ErrorCode's members as the commit path reads them: on Python 3.11 the enum's metaclass
+# defines __getattr__, so each `ErrorCode.X` takes the interpreter's slow attribute path
+# (about 850 instructions), and a commit read over a dozen of them.
+_NONE = ErrorCode.NONE
+
+# Kafka's mapping of a failed append to what the committing client is told (the others
+# are told as they are).
+_STORAGE_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
 def storage_error(error: ErrorCode) -> ErrorCode:
     """Kafka's mapping of a failed append to what the committing client is told."""
-    if error in (
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        ErrorCode.REQUEST_TIMED_OUT,
-    ):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-        return ErrorCode.NOT_COORDINATOR
-    if error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
-        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
-    return error
+    return _STORAGE_ERRORS.get(error, error)
 
 
 # -- OffsetCommit -------------------------------------------------------------------------
@@ -76,23 +84,34 @@ def offset_commits(
     om: OffsetManager, requests: list[tuple[Handle, OffsetCommitBatch]], now_ms: int, result: Result
 ) -> None:
     """OffsetCommit requests read one after another, each checked as Kafka's
-    handleCommitOffsets checks it; what they commit goes out in one append. Consecutive
-    commits of the same member of the same group are checked once: nothing between them
-    could change the answer (a commit changes no group state until it is durable)."""
+    handleCommitOffsets checks it; what they commit goes out in one append. A run of
+    consecutive commits to the same group asks once whether this coordinator serves the
+    group and which kind of group it is (which check its commits get), and consecutive
+    commits of the same member are checked once: nothing between them could change the
+    answer (a commit changes no group state until it is durable)."""
     accepted: list[_Accepted] = []
     checked: tuple[str, int, str, str | None] | None = None
-    verdict = ErrorCode.NONE
+    checked_group: str | None = None
+    status: ErrorCode | None = None  # why this coordinator cannot serve the group
+    check: CommitCheck | None = None  # the group's, when it is served
+    verdict = _NONE
     for handle, batch in requests:
         key = (batch.group_id, batch.generation_id, batch.member_id, batch.group_instance_id)
         if key != checked:
+            group_id = batch.group_id
+            if checked is None or group_id != checked_group:
+                checked_group = group_id
+                status = om.ctx.group_status_error(group_id, batch)
+                check = om.groups.offset_commit_check(group_id) if status is None else None
             checked = key
-            verdict = _admit(om, batch, now_ms)
-        if verdict != ErrorCode.NONE:
+            error = status if check is None else check(batch, now_ms)
+            verdict = _NONE if error is None else error
+        if verdict != _NONE:
             result.respond(handle, OffsetCommitAnswer(batch, verdict))
             continue
         errors, commits = _records(om, batch, now_ms)
         if commits is None:
-            result.respond(handle, OffsetCommitAnswer(batch, ErrorCode.NONE, errors))
+            result.respond(handle, OffsetCommitAnswer(batch, _NONE, errors))
         else:
             accepted.append((handle, batch, errors, commits))
     if not accepted:
@@ -101,32 +120,24 @@ def offset_commits(
     def stored(error: ErrorCode, now_ms: int, result: Result) -> None:
         failed = storage_error(error)
         for handle, batch, errors, commits in accepted:
-            if error == ErrorCode.NONE:
+            if error == _NONE:
                 om.replay_commits(commits, now_ms)
-                result.respond(handle, OffsetCommitAnswer(batch, ErrorCode.NONE, errors))
+                result.respond(handle, OffsetCommitAnswer(batch, _NONE, errors))
             elif errors is None:
                 result.respond(handle, OffsetCommitAnswer(batch, failed))
             else:
-                failed_errors = array("h", [failed if e == ErrorCode.NONE else e for e in errors])
+                failed_errors = array("h", [failed if e == _NONE else e for e in errors])
                 result.respond(handle, OffsetCommitAnswer(batch, failed, failed_errors))
             result.events.append(
                 Event(
                     at_ms=now_ms,
                     kind="offsets_committed",
                     group_id=commits.group_id,
-                    members=len(commits.batch.partitions) if error == ErrorCode.NONE else 0,
+                    members=len(commits.batch.partitions) if error == _NONE else 0,
                 )
             )
 
     om.ctx.append(result, [commits for *_, commits in accepted], stored)
-
-
-def _admit(om: OffsetManager, batch: OffsetCommitBatch, now_ms: int) -> ErrorCode:
-    """Why a commit is refused, or NONE."""
-    error = om.ctx.group_status_error(batch.group_id, batch)
-    if error is None:
-        error = om.groups.validate_offset_commit(batch, now_ms)
-    return ErrorCode.NONE if error is None else error
 
 
 def _records(

@@ -54,8 +54,14 @@ class Runtime:
         self.loading_partitions: set[int] = set()
         self.owned_partitions: set[int] | None = None  # None: every partition
         self._appends: dict[int, list[AppendCallback]] = {}
+        # completed(token): the callbacks of append `token`, which is now durable or
+        # failed; the dict's own pop, bound, as every acknowledged write calls it.
+        self.completed: Callable[[int], list[AppendCallback]] = self._appends.pop
         self._next_append = 1
-        self._result: Result | None = None
+        # The Result the entry point under way fills, None between entry points: begin()
+        # sets it, and the entry point sets it back to None when done (an assignment
+        # rather than a call, as every request pays for it).
+        self.result: Result | None = None
         # Timers the wheel has fired that advance() has not handled yet (it was given a
         # limit): their keys, in deadline order, and which of them are still due (a key
         # scheduled or cancelled meanwhile is not).
@@ -64,14 +70,12 @@ class Runtime:
         self._due_since = now_ms
 
     def begin(self) -> Result:
-        """The Result an entry point fills, until it calls end(); entry points do not nest."""
-        if self._result is not None:
+        """The Result an entry point fills, until it sets `result` back to None; entry
+        points do not nest."""
+        if self.result is not None:
             raise RuntimeError("the coordinator is not re-entrant")
-        self._result = Result()
-        return self._result
-
-    def end(self) -> None:
-        self._result = None
+        result = self.result = Result()
+        return result
 
     # -- the Context ----------------------------------------------------------------------
 
@@ -89,14 +93,14 @@ class Runtime:
         if self._due:
             self._due.discard(key)  # the new deadline replaces one that fell due
         self.wheel.schedule(key, deadline_ms)
-        if self._result is not None:
-            self._result.timers.append((key, deadline_ms))
+        if self.result is not None:
+            self.result.timers.append((key, deadline_ms))
 
     def cancel(self, key: TimerKey) -> None:
         if self._due:
             self._due.discard(key)
-        if self.wheel.cancel(key) and self._result is not None:
-            self._result.timers.append((key, None))
+        if self.wheel.cancel(key) and self.result is not None:
+            self.result.timers.append((key, None))
 
     def deadline(self, key: TimerKey) -> int | None:
         deadline: int | None = self.wheel.deadline(key)
@@ -150,7 +154,3 @@ class Runtime:
             return self._due_since  # timers fell due that advance() has not fired yet
         deadline: int | None = self.wheel.next_deadline()
         return deadline
-
-    def completed(self, token: int) -> list[AppendCallback]:
-        """The callbacks of append `token`, which is now durable or failed."""
-        return self._appends.pop(token)
