@@ -32,8 +32,10 @@
 #       tagged fields
 
 from fastcoord.protocol.messages import ConsumerGroupHeartbeatRequest
+from fastcoord.protocol.messages.consumer_group_heartbeat import changes_nothing
 
 cdef object _ConsumerGroupHeartbeatRequest = ConsumerGroupHeartbeatRequest
+cdef object _changes_nothing = changes_nothing
 
 cdef enum:
     HEARTBEAT = 12
@@ -255,7 +257,9 @@ cdef Py_ssize_t answer_consumer(
             header, request, extra = _decode_generic(PyBytes_FromStringAndSize(<const char*>p, size))
         except ProtocolError:
             return 0
-        if extra or not _changes_nothing(request):
+        if extra or type(request) is not _ConsumerGroupHeartbeatRequest or not _changes_nothing(
+            request
+        ):
             return 0
         numbers.version = header.api_version
         numbers.correlation_id = header.correlation_id
@@ -279,20 +283,6 @@ cdef Py_ssize_t answer_consumer(
         interval[0],
     ) - out
     return 1
-
-
-cdef bint _changes_nothing(object request):
-    """A decoded ConsumerGroupHeartbeat with every optional field null (the twin's test)."""
-    return (
-        type(request) is _ConsumerGroupHeartbeatRequest
-        and request.instance_id is None
-        and request.rack_id is None
-        and request.rebalance_timeout_ms == -1
-        and request.subscribed_topic_names is None
-        and request.subscribed_topic_regex is None
-        and request.server_assignor is None
-        and request.topic_partitions is None
-    )
 
 
 cdef bytes _compact_string(str value):

@@ -282,22 +282,26 @@ cdef class MemberTable:
             if not members:
                 del self._index[group_id]
 
-    def slot_of(self, str group_id, str member_id):
-        """The slot bound to (group id, member id), or -1."""
-        members = self._index.get(group_id)
+    cdef inline Py_ssize_t _find(self, str group_id, str member_id) except -2:
+        # The two id lookups of every heartbeat: -1 if the ids are not bound.
+        cdef object members = self._index.get(group_id)
         if members is None:
             return -1
-        return (<dict>members).get(member_id, -1)
+        cdef object found = (<dict>members).get(member_id)
+        if found is None:
+            return -1
+        return <Py_ssize_t>found
+
+    def slot_of(self, str group_id, str member_id):
+        """The slot bound to (group id, member id), or -1."""
+        return self._find(group_id, member_id)
 
     def heartbeat_id(self, str group_id, str member_id, int64_t generation, int64_t now_ms):
         """heartbeat() for a member found by its ids (see the twin)."""
-        cdef object members = self._index.get(group_id)
-        if members is None:
+        cdef Py_ssize_t slot = self._find(group_id, member_id)
+        if slot < 0:
             return FALLBACK_
-        cdef object found = (<dict>members).get(member_id)
-        if found is None:
-            return FALLBACK_
-        cdef int code = self._heartbeat(<Py_ssize_t>found, generation, now_ms)
+        cdef int code = self._heartbeat(slot, generation, now_ms)
         if code == NONE_:
             self._answered_none += 1
         elif code == REBALANCE_IN_PROGRESS_:
@@ -371,13 +375,9 @@ cdef class MemberTable:
     def consumer_heartbeat_id(self, str group_id, str member_id, int64_t epoch, client_id,
                               str client_host, int64_t now_ms):
         """A ConsumerGroupHeartbeat that changes nothing: NONE, else FALLBACK (see the twin)."""
-        cdef object members = self._index.get(group_id)
-        if members is None:
+        cdef Py_ssize_t slot = self._find(group_id, member_id)
+        if slot < 0:
             return FALLBACK_
-        cdef object found = (<dict>members).get(member_id)
-        if found is None:
-            return FALLBACK_
-        cdef Py_ssize_t slot = <Py_ssize_t>found
         self._check_member(slot)
         cdef int32_t group = self._group[slot]
         if (

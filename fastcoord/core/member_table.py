@@ -207,10 +207,7 @@ class MemberTable:
     def heartbeat_id(self, group_id: str, member_id: str, generation: int, now_ms: int) -> int:
         """heartbeat() for a member found by its ids: the two id lookups, then the checks.
         FALLBACK if the ids are not bound."""
-        members = self._index.get(group_id)
-        if members is None:
-            return FALLBACK
-        slot = members.get(member_id, -1)
+        slot = self.slot_of(group_id, member_id)
         if slot < 0:
             return FALLBACK
         code = self.heartbeat(slot, generation, now_ms)
@@ -287,10 +284,7 @@ class MemberTable:
         and the client id and host are those the member has (the full path would write
         them). A null client id is the empty one, as the full path takes it.
         """
-        members = self._index.get(group_id)
-        if members is None:
-            return FALLBACK
-        slot = members.get(member_id, -1)
+        slot = self.slot_of(group_id, member_id)
         if slot < 0:
             return FALLBACK
         self._check_member(slot)

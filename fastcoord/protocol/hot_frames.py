@@ -21,6 +21,7 @@ from fastcoord.protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
 )
+from fastcoord.protocol.messages.consumer_group_heartbeat import changes_nothing
 
 _HEARTBEAT = ApiKey.HEARTBEAT.to_bytes(2, "big")
 _CONSUMER_GROUP_HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT.to_bytes(2, "big")
@@ -53,19 +54,6 @@ class HeartbeatTable(Protocol):
         client_host: str,
         now_ms: int,
     ) -> int: ...
-
-
-def changes_nothing(request: ConsumerGroupHeartbeatRequest) -> bool:
-    """A ConsumerGroupHeartbeat with every optional field null: a steady member's."""
-    return (
-        request.instance_id is None
-        and request.rack_id is None
-        and request.rebalance_timeout_ms == -1
-        and request.subscribed_topic_names is None
-        and request.subscribed_topic_regex is None
-        and request.server_assignor is None
-        and request.topic_partitions is None
-    )
 
 
 def answer_heartbeats(

@@ -39,6 +39,20 @@ class ConsumerGroupHeartbeatRequest(Request):
     ] = None
 
 
+def changes_nothing(request: ConsumerGroupHeartbeatRequest) -> bool:
+    """Every optional field null: the heartbeat of a steady member, which says only that it
+    is alive at its epoch (the coordinator may still have news for it)."""
+    return (
+        request.instance_id is None
+        and request.rack_id is None
+        and request.rebalance_timeout_ms == -1
+        and request.subscribed_topic_names is None
+        and request.subscribed_topic_regex is None
+        and request.server_assignor is None
+        and request.topic_partitions is None
+    )
+
+
 class ConsumerGroupHeartbeatResponseTopicPartitions(Struct):
     topic_id: Uuid = ZERO_UUID
     partitions: list[Int32] = []
