@@ -12,7 +12,7 @@ Empty group left with no offsets is removed.
 from __future__ import annotations
 
 from fastcoord.core.classic.records import replay_group
-from fastcoord.core.consumer import heartbeat as consumer_heartbeat
+from fastcoord.core.consumer import leave as consumer_leave
 from fastcoord.core.consumer import records as consumer_records
 from fastcoord.core.consumer.group import ConsumerGroupState
 from fastcoord.core.context import Context
@@ -55,7 +55,7 @@ def delete_groups(
             if cgroup.state is not ConsumerGroupState.EMPTY:
                 errors[group_id] = ErrorCode.NON_EMPTY_GROUP
             else:
-                # A consumer group's records are replayed as they are written (heartbeat.py):
+                # A consumer group's records are replayed as they are written (writes.py):
                 # the group is gone now, and a member joining next starts a new one.
                 errors[group_id] = ErrorCode.NONE
                 consumer[group_id] = tombstones = [
@@ -138,9 +138,7 @@ def expire_offsets(
             _drop_offsets(om, tombstones, now_ms)  # replayed at once, as the group's records
             ctx.append(result, tombstones, _ignore)
         if cgroup.state is ConsumerGroupState.EMPTY:
-            consumer_heartbeat.remove_empty_group(
-                gm, cgroup, om.has_offsets(group_id), now_ms, result
-            )
+            consumer_leave.remove_empty_group(gm, cgroup, om.has_offsets(group_id), now_ms, result)
 
 
 def _ignore(error: ErrorCode, now_ms: int, result: Result) -> None:

@@ -31,6 +31,7 @@ from fastcoord.core.classic import join, leave, rebalance, records, responses, s
 from fastcoord.core.config import GroupConfig
 from fastcoord.core.consumer import describe as consumer_describe
 from fastcoord.core.consumer import heartbeat as consumer_heartbeat
+from fastcoord.core.consumer import leave as consumer_leave
 from fastcoord.core.consumer.topics import TopicImage
 from fastcoord.core.context import AppendCallback
 from fastcoord.core.group import Group
@@ -267,9 +268,9 @@ class Coordinator:
         elif kind == "sync":
             sync.on_sync_timer(gm, key[1], key[2], now_ms, result)
         elif kind == "consumer_session":
-            consumer_heartbeat.on_session_timer(gm, key[1], key[2], now_ms, result)
+            consumer_leave.on_session_timer(gm, key[1], key[2], now_ms, result)
         elif kind == "consumer_revocation":
-            consumer_heartbeat.on_revocation_timer(gm, key[1], key[2], now_ms, result)
+            consumer_leave.on_revocation_timer(gm, key[1], key[2], now_ms, result)
         elif kind == "retention":
             cleanup.expire_offsets(gm, self.offset_manager, self.runtime, now_ms, result)
             self.schedule(key, now_ms + self.config.offsets_retention_check_interval_ms)

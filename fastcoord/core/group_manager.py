@@ -2,9 +2,10 @@
 
 It holds the groups, the member table their hot fields live in, and the member id
 generator, and hands the handlers of each job (core/classic/: join, rebalance, sync,
-session, leave, records) what they need: the groups, and the Context to arm timers, write
-records and report events. It knows nothing of offsets: the offset manager sees groups
-only through their GroupView (core/classic/offsets_view.py).
+session, leave, records; core/consumer/: heartbeat, members, target, sessions, leave,
+writes) what they need: the groups, and the Context to arm timers, write records and
+report events. It knows nothing of offsets: the offset manager sees groups only through
+their GroupView (core/classic/offsets_view.py).
 """
 
 from __future__ import annotations
