@@ -38,7 +38,7 @@ from fastcoord.client.native import (
     consumer_heartbeat_template,
 )
 from fastcoord.protocol.api_keys import ApiKey
-from fastcoord.protocol.errors import ErrorCode, error_name
+from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
@@ -121,27 +121,24 @@ class ConsumerFleet(Fleet):
         self._send(seat, request)
 
     def _send(self, seat: Seat[ConsumerMember], request: ConsumerGroupHeartbeatRequest) -> None:
-        member = seat.member
-        connection = seat.connection
-        assert connection is not None
-        epoch = member.epoch
+        def answered(response: ConsumerGroupHeartbeatResponse, latency_ns: int) -> Next:
+            return self._answered(seat, response, latency_ns)
 
-        def on_answer(response: Response | None, latency_ns: int) -> None:
-            if member.epoch != epoch or seat.down:
-                return
-            if response is None:
-                member.lost()
-                return self._retry(seat, ErrorCode.NETWORK_EXCEPTION, CONSUMER_GROUP_HEARTBEAT)
-            assert isinstance(response, ConsumerGroupHeartbeatResponse)
-            self._answered(seat, response, latency_ns)
-
-        connection.send(request, on_answer)
+        self._ask_coordinator(
+            seat,
+            request,
+            CONSUMER_GROUP_HEARTBEAT,
+            ConsumerGroupHeartbeatResponse,
+            answered,
+            lost=seat.member.lost,
+        )
         self._wake(seat)  # to give up on the answer if it takes the request timeout
 
     def _answered(
         self, seat: Seat[ConsumerMember], response: ConsumerGroupHeartbeatResponse, latency_ns: int
-    ) -> None:
-        """A heartbeat's answer, sent from Python or from the lane, handed to the member."""
+    ) -> Next:
+        """A heartbeat's answer, sent from Python or from the lane, handed to the member;
+        what the member says to do next, for the caller to follow."""
         member = seat.member
         code = response.error_code
         self.recorder.record(CONSUMER_GROUP_HEARTBEAT, latency_ns, code)
@@ -150,9 +147,9 @@ class ConsumerFleet(Fleet):
         joining = member.state is State.JOINING
         now = self.now_ms()
         outcome = member.on_heartbeat(response, now)
-        if outcome is not Next.NOTHING:
-            return self._follow_consumer(seat, outcome)
-        self._heard(seat, joining, member.changed_ms == now)
+        if outcome is Next.NOTHING:
+            self._heard(seat, joining, member.changed_ms == now)
+        return outcome
 
     def _heard(self, seat: Seat[ConsumerMember], joined: bool, changed: bool) -> None:
         """A heartbeat answered without error: record what the member saw, fetch offsets of
@@ -247,7 +244,8 @@ class ConsumerFleet(Fleet):
             assert isinstance(response, ConsumerGroupHeartbeatResponse)
             seat.stop_lane(member)
             member.sent_steady(self.now_ms() - latency_ns // 1_000_000)
-            self._answered(seat, response, latency_ns)
+            outcome = self._answered(seat, response, latency_ns)
+            self._follow(seat, outcome, CONSUMER_GROUP_HEARTBEAT)
 
     def _wake(self, seat: Seat[ConsumerMember]) -> None:
         """Act for the member at its `next_ms`: send the heartbeat due, or give up on the
@@ -270,20 +268,6 @@ class ConsumerFleet(Fleet):
                 self._wake(seat)  # not due yet (the tick came early), or given up on
 
         self.call_later(max(0, at - self.now_ms()), wake)
-
-    def _follow_consumer(self, seat: Seat[ConsumerMember], outcome: Next) -> None:
-        member = seat.member
-        if outcome is Next.REJOIN:
-            if member.last_error == ErrorCode.UNKNOWN_MEMBER_ID:
-                self.recorder.unexpected_expiration()
-            member.last_error = 0
-            return self._join(seat)
-        if outcome is Next.RETRY:
-            return self._retry(seat, member.last_error, CONSUMER_GROUP_HEARTBEAT)
-        if outcome is Next.STOP:
-            log.warning(
-                "member of %s stopped by %s", member.group_id, error_name(member.last_error)
-            )
 
     def all_stable(self, seats: Iterable[Seat[Any]] | None = None) -> bool:
         """Whether the groups have settled: every member (but those down) in its group and,

@@ -24,17 +24,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from fastcoord.client.member import Next, Rebalance, State, committed
+from fastcoord.client.offsets import offset_commit_request, offset_fetch_request
 from fastcoord.protocol.errors import ErrorCode, error_name
 from fastcoord.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatRequestTopicPartitions,
     ConsumerGroupHeartbeatResponse,
     OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitRequestTopic,
     OffsetCommitResponse,
     OffsetFetchRequest,
-    OffsetFetchRequestTopic,
     OffsetFetchResponse,
 )
 
@@ -406,15 +404,11 @@ class ConsumerMember:
     def fetch_offsets(self) -> OffsetFetchRequest | None:
         """Where to start on the partitions assigned since the last call (None if none): a
         consumer asks for the committed offsets of what it is given."""
-        topics = [
-            OffsetFetchRequestTopic(self.topic_names[topic], sorted(parts))
-            for topic, parts in sorted(self.added.items(), key=lambda item: item[0].int)
-            if topic in self.topic_names
-        ]
+        partitions = self._named(self.added)
         self.added = {}
-        if not topics:
+        if not partitions:
             return None
-        return OffsetFetchRequest(group_id=self.group_id, topics=topics)
+        return offset_fetch_request(self.group_id, partitions)
 
     def on_fetch(self, response: OffsetFetchResponse) -> None:
         if response.error_code != ErrorCode.NONE:
@@ -430,26 +424,28 @@ class ConsumerMember:
         or the member is not in the group."""
         if self._state is not State.STABLE or not self.assignment:
             return None
-        topics = []
-        for topic, parts in sorted(self.assignment.items(), key=lambda item: item[0].int):
-            name = self.topic_names.get(topic)
-            if name is None:
-                continue
-            partitions = []
-            for p in sorted(parts):
-                offset = self.positions.get((name, p), 0) + advance
-                self.positions[(name, p)] = offset
-                partitions.append(OffsetCommitRequestPartition(p, offset, committed_metadata=""))
-            topics.append(OffsetCommitRequestTopic(name, partitions))
-        if not topics:
+        partitions = self._named(self.assignment)
+        if not partitions:
             return None
-        return OffsetCommitRequest(
-            group_id=self.group_id,
+        return offset_commit_request(
+            self.group_id,
+            partitions,
+            self.positions,
+            advance,
             generation_id_or_member_epoch=self.member_epoch,
             member_id=self.member_id,
             group_instance_id=self.group_instance_id,
-            topics=topics,
         )
+
+    def _named(self, assignment: Assignment) -> list[tuple[str, list[int]]]:
+        """`assignment` as offset requests name it (OffsetCommit v9 and OffsetFetch name
+        topics, not ids), in the order of the ids; a topic the fleet has no name for yet is
+        left out, since no request could name it."""
+        return [
+            (self.topic_names[topic], sorted(parts))
+            for topic, parts in sorted(assignment.items(), key=lambda item: item[0].int)
+            if topic in self.topic_names
+        ]
 
     def on_commit(self, response: OffsetCommitResponse) -> tuple[int, int]:
         """(offsets committed, the first partition error or 0). A commit that met a newer

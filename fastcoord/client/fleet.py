@@ -58,7 +58,7 @@ from fastcoord.client.native import (
     make_poller,
 )
 from fastcoord.protocol.api_keys import ApiKey
-from fastcoord.protocol.errors import ErrorCode
+from fastcoord.protocol.errors import ErrorCode, error_name
 from fastcoord.protocol.messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
@@ -72,7 +72,7 @@ from fastcoord.protocol.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from fastcoord.protocol.schema import Response
+from fastcoord.protocol.schema import Request, Response
 
 log = logging.getLogger("fastcoord.client")
 
@@ -147,6 +147,7 @@ class FleetConfig:
 
 
 M = TypeVar("M")  # the member a seat holds: member.Member, or a ConsumerMember
+R = TypeVar("R", bound=Response)  # the answer a member's request gets
 
 
 @dataclass(eq=False, slots=True)
@@ -437,23 +438,49 @@ class Fleet:
         """Join a member held (see `holding`) on its connection."""
         self._join(seat)
 
+    def _ask_coordinator(
+        self,
+        seat: Seat[Any],
+        request: Request,
+        api: int,
+        kind: type[R],
+        answered: Callable[[R, int], Next],
+        lost: Callable[[], None] | None = None,
+    ) -> None:
+        """Send `request` for the seat's member to its coordinator, hand the answer (a
+        `kind`) to `answered`, then do what the member says next. An answer that finds the
+        member moved on (another epoch, or down) is dropped: it speaks of a member that no
+        longer exists. A lost connection, like an answer from a coordinator that moved or
+        is away (the member says RETRY), sends the member to find its coordinator again and
+        ask after the backoff; `lost` first tells it its request will go unanswered."""
+        member = seat.member
+        connection = seat.connection
+        assert connection is not None
+        epoch = member.epoch
+
+        def on_answer(response: Response | None, latency_ns: int) -> None:
+            if member.epoch != epoch or seat.down:
+                return
+            if response is None:
+                if lost is not None:
+                    lost()
+                return self._retry(seat, ErrorCode.NETWORK_EXCEPTION, api)
+            assert isinstance(response, kind)
+            self._follow(seat, answered(response, latency_ns), api)
+
+        connection.send(request, on_answer)
+
     def _join(self, seat: Seat[Any]) -> None:
         member: Member = seat.member
         connection = seat.connection
         if connection is None or connection.closed:
             return self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.JOIN_GROUP)
         request = member.join(self.now_ms())
-        epoch = member.epoch
         if self.storm is not None:
             entry = self.storm.setdefault(member.group_id, [0, 0, 0, 0])
             entry[0] = max(entry[0], time.time_ns())
 
-        def on_answer(response: Response | None, latency_ns: int) -> None:
-            if member.epoch != epoch or seat.down:
-                return
-            if response is None:
-                return self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.JOIN_GROUP)
-            assert isinstance(response, JoinGroupResponse)
+        def joined(response: JoinGroupResponse, latency_ns: int) -> Next:
             self.recorder.record(ApiKey.JOIN_GROUP, latency_ns, response.error_code)
             if response.error_code == ErrorCode.NONE and self.storm is not None:
                 # The first answer with a generation: the rebalance delay is over.
@@ -464,33 +491,26 @@ class Fleet:
                 self._error_row(ApiKey.JOIN_GROUP, response.error_code, member)
             outcome = member.on_join(response, self.now_ms(), self.partitions)
             if isinstance(outcome, SyncGroupRequest):
-                return self._sync(seat, outcome)
-            self._follow(seat, outcome, ApiKey.JOIN_GROUP)
+                self._sync(seat, outcome)
+                return Next.NOTHING
+            return outcome
 
-        connection.send(request, on_answer)
+        self._ask_coordinator(seat, request, ApiKey.JOIN_GROUP, JoinGroupResponse, joined)
 
     def _sync(self, seat: Seat[Member], request: SyncGroupRequest) -> None:
         member = seat.member
-        connection = seat.connection
-        assert connection is not None
-        epoch = member.epoch
 
-        def on_answer(response: Response | None, latency_ns: int) -> None:
-            if member.epoch != epoch or seat.down:
-                return
-            if response is None:
-                return self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.SYNC_GROUP)
-            assert isinstance(response, SyncGroupResponse)
+        def synced(response: SyncGroupResponse, latency_ns: int) -> Next:
             code = response.error_code
             self.recorder.record(ApiKey.SYNC_GROUP, latency_ns, code)
             if code != ErrorCode.NONE:
                 self._error_row(ApiKey.SYNC_GROUP, code, member)
             outcome = member.on_sync(response, self.now_ms())
-            if outcome is not Next.NOTHING:
-                return self._follow(seat, outcome, ApiKey.SYNC_GROUP)
-            self._stable(seat)
+            if outcome is Next.NOTHING:
+                self._stable(seat)
+            return outcome
 
-        connection.send(request, on_answer)
+        self._ask_coordinator(seat, request, ApiKey.SYNC_GROUP, SyncGroupResponse, synced)
 
     def _stable(self, seat: Seat[Member]) -> None:
         member = seat.member
@@ -607,7 +627,9 @@ class Fleet:
 
     # -- answers that send the member elsewhere --------------------------------------------
 
-    def _follow(self, seat: Seat[Member], outcome: Next, api: int) -> None:
+    def _follow(self, seat: Seat[Any], outcome: Next, api: int) -> None:
+        """Act on what the member said of its answer to `api`: both protocols' members say
+        it in Next's words, so one method serves both fleets."""
         member = seat.member
         if outcome is Next.REJOIN:
             if member.last_error == ErrorCode.UNKNOWN_MEMBER_ID and api != ApiKey.JOIN_GROUP:
@@ -617,7 +639,9 @@ class Fleet:
         if outcome is Next.RETRY:
             return self._retry(seat, member.last_error, api)
         if outcome is Next.STOP:
-            log.warning("member of %s stopped by %s", member.group_id, _name(member.last_error))
+            log.warning(
+                "member of %s stopped by %s", member.group_id, error_name(member.last_error)
+            )
 
     def _retry(self, seat: Seat[Any], code: int, api: int) -> None:
         """Find the coordinator and join again after the backoff (a lost connection, a

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from fastcoord.client import assignors
+from fastcoord.client.offsets import offset_commit_request, offset_fetch_request
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
     HeartbeatRequest,
@@ -32,11 +33,8 @@ from fastcoord.protocol.messages import (
     LeaveGroupRequest,
     MemberIdentity,
     OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitRequestTopic,
     OffsetCommitResponse,
     OffsetFetchRequest,
-    OffsetFetchRequestTopic,
     OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupRequestAssignment,
@@ -263,12 +261,9 @@ class Member:
 
     def fetch_offsets(self) -> OffsetFetchRequest:
         """What a consumer asks after each assignment: where to start."""
-        return OffsetFetchRequest(
-            group_id=self.group_id,
-            topics=[
-                OffsetFetchRequestTopic(topic, sorted(parts))
-                for topic, parts in sorted(self.assignment.items())
-            ],
+        return offset_fetch_request(
+            self.group_id,
+            [(topic, sorted(parts)) for topic, parts in sorted(self.assignment.items())],
         )
 
     def on_fetch(self, response: OffsetFetchResponse, now_ms: int) -> Next:
@@ -285,20 +280,14 @@ class Member:
         if that many records had been consumed); None when nothing is assigned."""
         if self.state is not State.STABLE or not self.assignment:
             return None
-        topics = []
-        for topic, parts in sorted(self.assignment.items()):
-            committed = []
-            for p in parts:
-                offset = self.positions.get((topic, p), 0) + advance
-                self.positions[(topic, p)] = offset
-                committed.append(OffsetCommitRequestPartition(p, offset, committed_metadata=""))
-            topics.append(OffsetCommitRequestTopic(topic, committed))
-        return OffsetCommitRequest(
-            group_id=self.group_id,
+        return offset_commit_request(
+            self.group_id,
+            sorted(self.assignment.items()),
+            self.positions,
+            advance,
             generation_id_or_member_epoch=self.generation_id,
             member_id=self.member_id,
             group_instance_id=self.group_instance_id,
-            topics=topics,
         )
 
     def on_commit(self, response: OffsetCommitResponse, now_ms: int) -> tuple[Next, int, int]:
