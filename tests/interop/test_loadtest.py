@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow
 import pyarrow.dataset as ds
 import pytest
 
@@ -356,8 +357,10 @@ def test_a_killed_run_leaves_readable_parquet(server: ServerProcess, tmp_path: P
         start_new_session=True,
     )
     try:
-        wait_for_parts(out)
-        time.sleep(1.5)
+        # Killed once it has recorded joins and heartbeats (how long that takes depends on
+        # the machine), in the middle of writing more.
+        wait_for_apis(out, {"Heartbeat", "JoinGroup"})
+        time.sleep(0.3)
     finally:
         os.killpg(run.pid, signal.SIGKILL)  # the parent and its workers, mid-write perhaps
         run.wait()
@@ -365,6 +368,19 @@ def test_a_killed_run_leaves_readable_parquet(server: ServerProcess, tmp_path: P
     assert {r["api"] for r in latency} >= {"Heartbeat", "JoinGroup"}
     assert table(out, "states")
     assert summary(out)["complete"] is False
+
+
+def wait_for_apis(out: Path, apis: set[str]) -> None:
+    """Until the run's latency parts hold answers of every one of `apis`."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if {r["api"] for r in table(out, "latency")} >= apis:
+                return
+        except (OSError, pyarrow.ArrowInvalid):
+            pass  # no part yet, or one being written
+        assert time.monotonic() < deadline, f"no answers of {apis} recorded"
+        time.sleep(0.1)
 
 
 def wait_for_parts(out: Path) -> None:
