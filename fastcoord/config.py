@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 
+from fastcoord.cluster.routing import Cluster, Node, parse_nodes
 from fastcoord.core.config import GroupConfig
 from fastcoord.faults import FaultError, FaultRule, compile_rule
 from fastcoord.setting import (
@@ -58,6 +59,16 @@ class ServerConfig(
         Doc(LISTENER, "the host that Metadata and FindCoordinator name", default="host's value"),
     ] = ""
     node_id: Annotated[int, _int(0), Doc(LISTENER, "this node's broker id")] = 0
+    cluster: Annotated[
+        str,
+        Doc(
+            LISTENER,
+            "the nodes of a cluster, ID@HOST:PORT,... (this node's id among them): each "
+            "node listens on its own address from the list (host and port are then not "
+            "used) and owns the offsets partitions p with ids[p mod N]; see docs/cluster.md",
+            default="none: a lone server",
+        ),
+    ] = ""
     shutdown_grace_ms: Annotated[
         int,
         _int(0),
@@ -222,6 +233,12 @@ class ServerConfig(
             raise ValueError("group.consumer.assignors: name each assignor once, at least one")
         for topic in self.topics:
             parse_topic(topic)
+        if self.cluster:
+            nodes = parse_nodes(self.cluster)  # ClusterListError is a ValueError
+            if self.node_id not in {n.node_id for n in nodes}:
+                raise ValueError(
+                    f"node.id {self.node_id} is not in the cluster list {self.cluster}"
+                )
         for rule in self.fault:
             try:
                 compile_rule(rule, 0, 0)
@@ -231,6 +248,29 @@ class ServerConfig(
     def group_config(self) -> GroupConfig:
         """The core's part alone, as a GroupConfig."""
         return GroupConfig(**{name: getattr(self, name) for name in GroupConfig.__struct_fields__})
+
+    def cluster_nodes(self) -> tuple[Node, ...]:
+        """The cluster's nodes, sorted by id; () for a lone server."""
+        return parse_nodes(self.cluster) if self.cluster else ()
+
+    def listen_address(self) -> tuple[str, int]:
+        """Where this node listens: its own address in the cluster list, else host:port."""
+        for node in self.cluster_nodes():
+            if node.node_id == self.node_id:
+                return node.host, node.port
+        return self.host, self.port
+
+    def cluster_for(self, port: int) -> Cluster:
+        """The cluster this node belongs to; a lone server (no cluster list) is a cluster of
+        one, named at its advertised host and `port`, the port it listens on."""
+        from fastcoord.core.native import partition
+
+        partitions = self.offsets_topic_num_partitions
+        nodes = self.cluster_nodes()
+        if nodes:
+            return Cluster(nodes, self.node_id, partitions, partition.partition_for)
+        me = Node(self.node_id, self.advertised_host or self.host, port)
+        return Cluster.alone(me, partitions, partition.partition_for)
 
     def declared_topics(self) -> dict[str, int]:
         return dict(parse_topic(t) for t in self.topics)

@@ -315,6 +315,72 @@ def refused_start(directory: Path, *args: str) -> subprocess.CompletedProcess[st
     )
 
 
+# -- a cluster of fastcoord nodes -----------------------------------------------------------
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct ports free on `host` now (a cluster's addresses must be known
+    before its nodes start; another process could take one meanwhile, rarely)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def cluster_list(ports: Sequence[int], host: str = "127.0.0.1") -> str:
+    """The --cluster value of nodes 0, 1, ... at these ports."""
+    return ",".join(f"{i}@{host}:{port}" for i, port in enumerate(ports))
+
+
+def start_node(
+    directory: Path,
+    node_id: int,
+    cluster: str,
+    *args: str,
+    wait_loaded: bool = True,
+    core: int | None = None,
+) -> ServerProcess:
+    """Node `node_id` of the cluster `cluster` (a --cluster list), its log and data in
+    `directory` (kept: a node restarted there finds its data again)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return start_fastcoord(
+        directory,
+        "--node-id",
+        str(node_id),
+        "--cluster",
+        cluster,
+        *args,
+        wait_loaded=wait_loaded,
+        core=core,
+        name=f"fastcoord node {node_id}",
+    )
+
+
+@contextmanager
+def fastcoord_cluster(
+    directory: Path, nodes: int = 3, *args: str, cores: Sequence[int] | None = None
+) -> Iterator[list[ServerProcess]]:
+    """`nodes` fastcoord nodes on free loopback ports, node i in `directory / f"node-{i}"`,
+    started one after another (each checks the ones already up), stopped by PID when the
+    block ends. `cores`: node i pinned to cores[i % len(cores)]."""
+    cluster = cluster_list(free_ports(nodes))
+    servers: list[ServerProcess] = []
+    try:
+        for i in range(nodes):
+            core = None if not cores else cores[i % len(cores)]
+            servers.append(start_node(directory / f"node-{i}", i, cluster, *args, core=core))
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
 # -- the peers of benchmarks ----------------------------------------------------------------
 
 

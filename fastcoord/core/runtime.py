@@ -87,7 +87,10 @@ class Runtime:
         return ErrorCode.NONE
 
     def serves_all(self) -> bool:
-        return self.active and not self.loading_partitions and self.owned_partitions is None
+        """Whether every group this coordinator holds is served: then the member table may
+        answer heartbeats alone. Owning only some partitions does not stop it: groups of
+        the others are never created here, so the table never answers for them."""
+        return self.active and not self.loading_partitions
 
     def schedule(self, key: TimerKey, deadline_ms: int) -> None:
         if self._due:
@@ -125,10 +128,11 @@ class Runtime:
         if not self.active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         partition = self.partition_for(group_id, self.config.offsets_topic_num_partitions)
-        if partition in self.loading_partitions:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        # Kafka's runtime: no context for the partition (another node's), then loading.
         if self.owned_partitions is not None and partition not in self.owned_partitions:
             return ErrorCode.NOT_COORDINATOR
+        if partition in self.loading_partitions:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return None
 
     # -- for the coordinator's entry points -----------------------------------------------

@@ -34,6 +34,8 @@ from typing import Any
 
 import trio
 
+from fastcoord.cluster import peers
+from fastcoord.cluster.routing import Cluster
 from fastcoord.config import ServerConfig
 from fastcoord.core.coordinator import Coordinator
 from fastcoord.core.native import timing_wheel
@@ -86,11 +88,22 @@ def now_ms() -> int:
 
 
 class Server:
-    def __init__(self, config: ServerConfig, store: Store, max_connections: int) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        store: Store,
+        max_connections: int,
+        cluster: Cluster | None = None,
+    ) -> None:
         self.config = config
         self.max_connections = max_connections
-        self.broker = Broker(config, config.port)
+        self.cluster = cluster or config.cluster_for(config.port)
+        self.broker = Broker(config, self.cluster)
         self.coordinator = Coordinator(config.group_config(), now_ms(), topics=self.broker)
+        if not self.cluster.owns_all():
+            # Groups of other nodes' partitions are answered NOT_COORDINATOR, and never
+            # created here: the member table holds only this node's groups.
+            self.coordinator.owned_partitions = set(self.cluster.owned)
         self._topics_version = self.broker.version()  # as the coordinator last heard
         # What waits for a time of its own: a Fetch's max_wait_ms, a request given latency
         # by a fault, a fault rule's start or end (see later()).
@@ -295,7 +308,7 @@ class Server:
     async def load(self) -> None:
         """Replay every partition's log into the core, one partition at a time."""
         co = self.coordinator
-        partitions = range(self.config.offsets_topic_num_partitions)
+        partitions = sorted(self.cluster.owned)  # each node loads only its own
         co.loading_partitions.update(partitions)
         started = time.monotonic()
         total = 0
@@ -313,7 +326,7 @@ class Server:
                         progress.advance(10_000 * step)
                         await trio.lowlevel.checkpoint()  # a big log must not stall heartbeats
                 progress.advance(len(records) % 10_000 * step)
-                progress.partition_done(partition + 1)
+                progress.partition_done(len(partitions) - len(co.loading_partitions) + 1)
                 total += len(records)
                 co.loading_partitions.discard(partition)
                 self.store.loaded(partition)
@@ -456,7 +469,15 @@ async def serve(config: ServerConfig, task_status: Any = trio.TASK_STATUS_IGNORE
         data_dir = Path(config.data_dir)
         if not config.in_memory:
             startup.check_data_dir(data_dir)
-        listeners = await startup.open_listeners(config.host, config.port)
+        if config.cluster:
+            # Before listening: a peer that checks us meanwhile finds nobody, not a
+            # listener that does not answer.
+            cluster = config.cluster_for(config.port)
+            mismatch = await trio.to_thread.run_sync(peers.check, cluster)
+            if mismatch is not None:
+                raise startup.StartupError(f"{mismatch}; give every node the same list")
+        host, port = config.listen_address()
+        listeners = await startup.open_listeners(host, port)
         admin_listeners = []
         if config.admin_port != "off":
             admin_listeners = await startup.open_listeners(
@@ -481,11 +502,12 @@ async def serve(config: ServerConfig, task_status: Any = trio.TASK_STATUS_IGNORE
 
 
 def _store(config: ServerConfig) -> Store:
+    owned = config.cluster_for(config.port).owned  # a node keeps only its own partitions
     if config.in_memory:
-        return MemoryStore(config.offsets_topic_num_partitions)
+        return MemoryStore(owned)
     return OffsetsStore(
         Path(config.data_dir),
-        config.offsets_topic_num_partitions,
+        owned,
         config.offsets_topic_segment_bytes,
         config.fsync,
         config.group_coordinator_append_linger_ms,
@@ -511,8 +533,7 @@ async def _serve(
 ) -> bool:
     """Serve until a signal; True once the start has succeeded (the log is loaded)."""
     port = listeners[0].socket.getsockname()[1]
-    server = Server(config, store, files.max_connections)
-    server.broker.port = port
+    server = Server(config, store, files.max_connections, config.cluster_for(port))
     if config.event_log and not config.in_memory:
         server.event_log = EventLog(
             Path(config.data_dir) / "events",
@@ -531,8 +552,18 @@ async def _serve(
             config.admin_host,
             admin_port,
         )
+    cluster = server.cluster
+    if not cluster.lone:
+        log.info(
+            "node %d of cluster %s (%s): owns %d of %d offsets partitions",
+            cluster.node_id,
+            cluster.cluster_id,
+            cluster.describe(),
+            len(cluster.owned),
+            cluster.partitions,
+        )
     # Last: once this line is out, a test harness may use both ports.
-    print(f"listening on {config.host}:{port}", flush=True)
+    print(f"listening on {config.listen_address()[0]}:{port}", flush=True)
     for rule in config.fault:
         server.injector.add(rule)
     if config.in_memory:

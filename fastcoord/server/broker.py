@@ -1,9 +1,16 @@
 """The broker-side answers a consumer needs besides its group: who is where, and offsets.
 
-fastcoord is a one-node cluster whose topics are always empty: Metadata names this node as
-every partition's leader, FindCoordinator names it for every group, ListOffsets answers 0
-for both ends of every partition, and Fetch answers, after max_wait_ms, that there are no
-records. Sans-IO: these are functions of the configuration and the topic registry.
+Topics are always empty. Metadata lists every node of the cluster (a lone server is a
+cluster of one) and leaders spread over them as the cluster's rule says (cluster/routing.py),
+FindCoordinator names the owner of each group's partition whichever node is asked,
+ListOffsets answers 0 for both ends of every partition, and Fetch answers, after
+max_wait_ms, that there are no records. Sans-IO: these are functions of the configuration,
+the cluster and the topic registry.
+
+The offsets topic, `__consumer_offsets`, is described when a Metadata request names it, as
+Kafka's internal topic: its partitions' leaders are their owners, so that a tool can read
+the cluster's routing from any node. It is never created and is left out of every-topic
+answers, which list only the topics consumers use.
 
 A Fetch names the consumer's position as the high watermark, so that a consumer that
 resumes from a committed offset sees no lag and no OFFSET_OUT_OF_RANGE; its position stays
@@ -24,6 +31,7 @@ from __future__ import annotations
 import struct
 import uuid
 
+from fastcoord.cluster.routing import Cluster
 from fastcoord.config import ServerConfig
 from fastcoord.core.consumer.topics import topic_id_for
 from fastcoord.protocol.error_responses import error_response
@@ -49,7 +57,7 @@ from fastcoord.protocol.messages import (
 )
 from fastcoord.protocol.primitives import ZERO_UUID
 
-CLUSTER_ID = "fastcoord-cluster"
+OFFSETS_TOPIC = "__consumer_offsets"
 MAX_TOPICS = 100_000  # topics created on request; a client cannot grow this without bound
 KEY_TYPE_GROUP = 0
 # Metadata v10 put topic ids and null names in the request, but Kafka's brokers answered
@@ -59,11 +67,9 @@ _CORRELATION = struct.Struct(">i")
 
 
 class Broker:
-    def __init__(self, config: ServerConfig, port: int) -> None:
+    def __init__(self, config: ServerConfig, cluster: Cluster) -> None:
         self.config = config
-        self.host = config.advertised_host or config.host
-        self.port = port
-        self.node_id = config.node_id
+        self.cluster = cluster
         self.topics: dict[str, int] = config.declared_topics()
         # Both directions, so that neither a Metadata answer nor a lookup hashes a name again.
         self._ids: dict[str, uuid.UUID] = {}
@@ -72,7 +78,7 @@ class Broker:
             self._index(name)
         # version -> an every-topic Metadata frame (correlation id 0), for this many topics
         self._every_topic: dict[int, bytes] = {}
-        self._every_topic_for: tuple[int, int] = (-1, -1)  # (topics, port) it was built for
+        self._every_topic_for: tuple[int, int] = (-1, -1)  # (topics, cluster) it was built for
 
     # -- Metadata -----------------------------------------------------------------------
 
@@ -109,7 +115,7 @@ class Broker:
         """The Metadata answer as a frame; every-topic answers come from the cache."""
         if not _every_topic(req, version):
             return encode_response(correlation_id, version, self.metadata(req, version))
-        built_for = (len(self.topics), self.port)  # topics are only ever added
+        built_for = (len(self.topics), id(self.cluster))  # topics are only ever added
         if self._every_topic_for != built_for:
             self._every_topic.clear()
             self._every_topic_for = built_for
@@ -139,14 +145,19 @@ class Broker:
             names = sorted(self.topics) if every else [t.name or "" for t in requested]
             create = self._creates(version < 4 or req.allow_auto_topic_creation)
             topics = [self._by_name(name, create) for name in names]
+        cluster = self.cluster
         return MetadataResponse(
-            brokers=[MetadataResponseBroker(self.node_id, self.host, self.port, None)],
-            cluster_id=CLUSTER_ID,
-            controller_id=self.node_id,
+            brokers=[
+                MetadataResponseBroker(n.node_id, n.host, n.port, None) for n in cluster.nodes
+            ],
+            cluster_id=cluster.cluster_id,
+            controller_id=cluster.controller_id,
             topics=topics,
         )
 
     def _by_name(self, name: str, create: bool) -> MetadataResponseTopic:
+        if name == OFFSETS_TOPIC:
+            return self._described(name, self.cluster.partitions, internal=True)
         count = self.topic_partitions(name, create)
         if count is None:
             return MetadataResponseTopic(
@@ -165,19 +176,21 @@ class Broker:
             )
         return self._described(name, self.topics[name])
 
-    def _described(self, name: str, count: int) -> MetadataResponseTopic:
+    def _described(self, name: str, count: int, internal: bool = False) -> MetadataResponseTopic:
+        leader = self.cluster.leader
         return MetadataResponseTopic(
             error_code=ErrorCode.NONE,
             name=name,
-            topic_id=self._ids[name],
+            topic_id=self._ids[name] if not internal else topic_id(name),
+            is_internal=internal,
             partitions=[
                 MetadataResponsePartition(
                     error_code=ErrorCode.NONE,
                     partition_index=p,
-                    leader_id=self.node_id,
+                    leader_id=(node := leader(p)),
                     leader_epoch=0,
-                    replica_nodes=[self.node_id],
-                    isr_nodes=[self.node_id],
+                    replica_nodes=[node],
+                    isr_nodes=[node],
                 )
                 for p in range(count)
             ],
@@ -198,31 +211,36 @@ class Broker:
     def find_coordinator(
         self, req: FindCoordinatorRequest, version: int
     ) -> FindCoordinatorResponse:
-        def error_for(key: str) -> ErrorCode:
-            if req.key_type != KEY_TYPE_GROUP:
-                return ErrorCode.INVALID_REQUEST  # no transaction coordinator here
-            return ErrorCode.NONE
-
+        # The owner of each key's partition, by the rule every node shares: any node answers
+        # for every group, needing no group state.
+        group = req.key_type == KEY_TYPE_GROUP
+        error = ErrorCode.NONE if group else ErrorCode.INVALID_REQUEST  # no transactions here
+        coordinator = self.cluster.coordinator
         if version < 4:
-            error = error_for(req.key)
-            ok = error == ErrorCode.NONE
+            if not group:
+                return FindCoordinatorResponse(error_code=error, node_id=-1, host="", port=-1)
+            node = coordinator(req.key)
             return FindCoordinatorResponse(
                 error_code=error,
                 error_message=None,
-                node_id=self.node_id if ok else -1,
-                host=self.host if ok else "",
-                port=self.port if ok else -1,
+                node_id=node.node_id,
+                host=node.host,
+                port=node.port,
             )
         coordinators = []
         for key in req.coordinator_keys:
-            error = error_for(key)
-            ok = error == ErrorCode.NONE
+            if not group:
+                coordinators.append(
+                    Coordinator(key=key, node_id=-1, host="", port=-1, error_code=error)
+                )
+                continue
+            node = coordinator(key)
             coordinators.append(
                 Coordinator(
                     key=key,
-                    node_id=self.node_id if ok else -1,
-                    host=self.host if ok else "",
-                    port=self.port if ok else -1,
+                    node_id=node.node_id,
+                    host=node.host,
+                    port=node.port,
                     error_code=error,
                     error_message=None,
                 )

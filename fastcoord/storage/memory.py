@@ -8,7 +8,7 @@ directory, no lock and nothing to load; a restart starts empty.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from fastcoord.core.records import LogEntry, Record
 from fastcoord.protocol.errors import ErrorCode
@@ -18,8 +18,10 @@ from fastcoord.storage.appender import Done
 class MemoryStore:
     appender = None  # nothing is ever on its way to disk
 
-    def __init__(self, partitions: int) -> None:
-        self.partitions = partitions
+    def __init__(self, partitions: int | Iterable[int]) -> None:
+        self.partitions = (
+            list(range(partitions)) if isinstance(partitions, int) else sorted(partitions)
+        )
         self._report: Callable[[Callable[[], None]], None] | None = None
         self._done: Done | None = None
         self._tokens: list[int] = []  # appends not yet acknowledged
@@ -28,7 +30,7 @@ class MemoryStore:
         pass
 
     def log_bytes(self) -> dict[int, int]:
-        return dict.fromkeys(range(self.partitions), 0)
+        return dict.fromkeys(self.partitions, 0)
 
     def recover(self, partition: int) -> list[Record]:
         return []

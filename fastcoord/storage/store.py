@@ -12,7 +12,7 @@ been loaded (`loaded`).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -48,6 +48,11 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
+def owned(partitions: int | Iterable[int]) -> list[int]:
+    """The partitions a store keeps, in order: `partitions` of them from 0, or those listed."""
+    return list(range(partitions)) if isinstance(partitions, int) else sorted(partitions)
+
+
 def frames(records: list[LogEntry]) -> tuple[bytes, int]:
     """The log's frames of `records`, and how many records they hold (an OffsetCommits is
     one per partition)."""
@@ -73,21 +78,23 @@ class OffsetsStore:
     def __init__(
         self,
         data_dir: Path,
-        partitions: int,
+        partitions: int | Iterable[int],
         segment_bytes: int,
         policy: Policy,
         linger_ms: int,
         truncate_damaged: bool = False,
         cleaner: LogCleanerSettings | None = None,
     ) -> None:
-        """`cleaner`: None keeps every record (log.cleaner.enable false)."""
+        """`partitions`: the coordinator partitions this node owns (a count: all of them,
+        from 0); the logs of others are neither opened nor created. `cleaner`: None keeps
+        every record (log.cleaner.enable false)."""
         self.data_dir = data_dir
-        self.partitions = partitions
+        self.partitions = owned(partitions)
         self.policy = policy
         self.linger_ms = linger_ms
         self.truncate_damaged = truncate_damaged
         self.logs = {
-            p: PartitionLog(directory(data_dir, p), segment_bytes) for p in range(partitions)
+            p: PartitionLog(directory(data_dir, p), segment_bytes) for p in self.partitions
         }
         self.lock = DataDirLock(data_dir)
         self.appender: Appender | None = None

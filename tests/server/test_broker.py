@@ -18,12 +18,17 @@ from fastcoord.server.broker import FIRST_METADATA_BY_ID, Broker, topic_id
 METADATA = SERVED[ApiKey.METADATA]
 
 
+def _broker(config: ServerConfig, port: int) -> Broker:
+    """A lone server's broker, listening on `port`."""
+    return Broker(config, config.cluster_for(port))
+
+
 def every_topic(version: int) -> MetadataRequest:
     return MetadataRequest(topics=[] if version == 0 else None)
 
 
 def test_cached_every_topic_answers_are_what_building_them_gives() -> None:
-    broker = Broker(ServerConfig(topics=["orders:3", "payments:50"]), 9092)
+    broker = _broker(ServerConfig(topics=["orders:3", "payments:50"]), 9092)
     for round_ in range(2):  # built, then from the cache
         for version in range(METADATA.min_version, METADATA.max_version + 1):
             request = every_topic(version)
@@ -32,7 +37,7 @@ def test_cached_every_topic_answers_are_what_building_them_gives() -> None:
 
 
 def test_a_topic_created_by_a_request_is_in_the_next_every_topic_answer() -> None:
-    broker = Broker(ServerConfig(topics=["orders:3"]), 9092)
+    broker = _broker(ServerConfig(topics=["orders:3"]), 9092)
     version = METADATA.max_version
     before = broker.metadata_frame(every_topic(version), version, 1)
     named = MetadataRequest(topics=[MetadataRequestTopic(name="fresh")])
@@ -42,11 +47,12 @@ def test_a_topic_created_by_a_request_is_in_the_next_every_topic_answer() -> Non
     assert after == encode_response(3, version, broker.metadata(every_topic(version), version))
 
 
-def test_the_port_in_cached_answers_follows_the_listener() -> None:
-    broker = Broker(ServerConfig(topics=["orders:3"]), 0)
+def test_cached_answers_follow_the_cluster() -> None:
+    config = ServerConfig(topics=["orders:3"])
+    broker = _broker(config, 0)
     version = METADATA.max_version
     broker.metadata_frame(every_topic(version), version, 1)
-    broker.port = 19092  # learnt once the listener is bound
+    broker.cluster = config.cluster_for(19092)
     frame = broker.metadata_frame(every_topic(version), version, 2)
     assert frame == encode_response(2, version, broker.metadata(every_topic(version), version))
 
@@ -73,7 +79,7 @@ def answered(broker: Broker, request: MetadataRequest, version: int) -> Metadata
 
 
 def test_a_topic_named_by_id_is_answered_with_its_name_id_and_partitions() -> None:
-    broker = Broker(ServerConfig(topics=["orders:3", "payments:50"]), 9092)
+    broker = _broker(ServerConfig(topics=["orders:3", "payments:50"]), 9092)
     for version in range(FIRST_METADATA_BY_ID, METADATA.max_version + 1):
         response = answered(broker, by_id(topic_id("orders")), version)
         [topic] = response.topics
@@ -81,18 +87,18 @@ def test_a_topic_named_by_id_is_answered_with_its_name_id_and_partitions() -> No
         assert (topic.name, topic.topic_id) == ("orders", topic_id("orders"))
         assert [p.partition_index for p in topic.partitions] == [0, 1, 2]
         assert all(p.error_code == ErrorCode.NONE for p in topic.partitions)
-        assert [b.node_id for b in response.brokers] == [broker.node_id]
+        assert [b.node_id for b in response.brokers] == [broker.cluster.node_id]
 
 
 def test_a_topic_named_by_id_is_answered_as_when_named_by_name() -> None:
-    broker = Broker(ServerConfig(topics=["orders:3"]), 9092)
+    broker = _broker(ServerConfig(topics=["orders:3"]), 9092)
     version = FIRST_METADATA_BY_ID
     by_name = MetadataRequest(topics=[MetadataRequestTopic(name="orders")])
     assert broker.metadata(by_id(topic_id("orders")), version) == broker.metadata(by_name, version)
 
 
 def test_an_unknown_id_is_unknown_topic_id_with_no_name_and_the_id_echoed() -> None:
-    broker = Broker(ServerConfig(topics=["orders:3"]), 9092)
+    broker = _broker(ServerConfig(topics=["orders:3"]), 9092)
     unknown = uuid.uuid4()
     response = answered(broker, by_id(unknown, topic_id("orders")), FIRST_METADATA_BY_ID)
     assert [(t.error_code, t.name, t.topic_id, len(t.partitions)) for t in response.topics] == [
@@ -103,7 +109,7 @@ def test_an_unknown_id_is_unknown_topic_id_with_no_name_and_the_id_echoed() -> N
 
 
 def test_each_id_is_answered_once() -> None:
-    broker = Broker(ServerConfig(topics=["orders:3"]), 9092)
+    broker = _broker(ServerConfig(topics=["orders:3"]), 9092)
     unknown = uuid.uuid4()
     request = by_id(topic_id("orders"), unknown, topic_id("orders"), unknown)
     response = broker.metadata(request, FIRST_METADATA_BY_ID)
@@ -112,7 +118,7 @@ def test_each_id_is_answered_once() -> None:
 
 def test_a_request_by_id_creates_nothing_even_when_every_name_would_be_created() -> None:
     config = ServerConfig(topics=["orders:3"], auto_create_topics="always")
-    broker = Broker(config, 9092)
+    broker = _broker(config, 9092)
     # The id of a topic a request by name would create: by id it is only unknown.
     fresh = topic_id("fresh")
     response = broker.metadata(by_id(fresh), FIRST_METADATA_BY_ID)
@@ -122,7 +128,7 @@ def test_a_request_by_id_creates_nothing_even_when_every_name_would_be_created()
 
 
 def test_a_request_naming_topics_by_id_and_by_name_is_answered_by_id_alone() -> None:
-    broker = Broker(ServerConfig(topics=["orders:3", "payments:5"]), 9092)
+    broker = _broker(ServerConfig(topics=["orders:3", "payments:5"]), 9092)
     request = MetadataRequest(
         topics=[
             MetadataRequestTopic(topic_id=topic_id("orders"), name=None),
@@ -141,7 +147,7 @@ def test_a_request_naming_topics_by_id_and_by_name_is_answered_by_id_alone() -> 
 
 @pytest.mark.parametrize("version", range(10, FIRST_METADATA_BY_ID))
 def test_versions_before_12_refuse_topic_ids_and_null_names(version: int) -> None:
-    broker = Broker(ServerConfig(topics=["orders:3"], auto_create_topics="always"), 9092)
+    broker = _broker(ServerConfig(topics=["orders:3"], auto_create_topics="always"), 9092)
     tid = topic_id("orders")
     requests = [
         by_id(tid),
@@ -165,7 +171,7 @@ def test_versions_before_12_refuse_topic_ids_and_null_names(version: int) -> Non
 
 
 def test_requests_by_id_leave_the_every_topic_cache_as_it_was() -> None:
-    broker = Broker(ServerConfig(topics=["orders:3", "payments:50"]), 9092)
+    broker = _broker(ServerConfig(topics=["orders:3", "payments:50"]), 9092)
     version = METADATA.max_version
     before = broker.metadata_frame(every_topic(version), version, 1)
     broker.metadata_frame(by_id(topic_id("orders"), uuid.uuid4()), version, 2)
@@ -176,7 +182,7 @@ def test_requests_by_id_leave_the_every_topic_cache_as_it_was() -> None:
 
 
 def test_topic_by_name_and_by_id_cover_declared_and_created_topics() -> None:
-    broker = Broker(ServerConfig(topics=["orders:3"], num_partitions=4), 9092)
+    broker = _broker(ServerConfig(topics=["orders:3"], num_partitions=4), 9092)
     assert broker.topic_by_name("orders") == (topic_id("orders"), 3)
     assert broker.topic_by_id(topic_id("orders")) == ("orders", 3)
     # Not there, and the lookups do not create it, whatever auto.create.topics says.
@@ -191,7 +197,7 @@ def test_topic_by_name_and_by_id_cover_declared_and_created_topics() -> None:
 
 
 def test_a_topic_created_by_name_is_then_answered_by_id() -> None:
-    broker = Broker(ServerConfig(topics=["orders:3"], num_partitions=2), 9092)
+    broker = _broker(ServerConfig(topics=["orders:3"], num_partitions=2), 9092)
     fresh = topic_id("fresh")
     [before] = broker.metadata(by_id(fresh), FIRST_METADATA_BY_ID).topics
     assert before.error_code == ErrorCode.UNKNOWN_TOPIC_ID

@@ -75,7 +75,7 @@ def test_answers_are_whole_and_in_order_or_the_connection_closes(
         queued_max_response_bytes=total,
     )
     requests = [request_for(k, topics) for k in kinds]
-    broker = Broker(config, config.port)
+    broker = Broker(config, config.cluster_for(config.port))
     sizes = [answer_size(broker, r, v) for r, v in requests]
     received = Received()
 
