@@ -1,4 +1,5 @@
-"""`fastcoord serve | loadtest | report`: argument parsing only; the work lives elsewhere."""
+"""`fastcoord serve | cluster | loadtest | report`: argument parsing only; the work lives
+elsewhere."""
 
 from __future__ import annotations
 
@@ -86,6 +87,101 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
             help=text,
             **(optional if setting.kinds()[0][0] is bool else {}),
         )
+
+
+CLUSTER_HELP = """\
+Run a cluster of N fastcoord nodes on this machine and keep them running: node i listens on
+PORT+i (--port, default 9092) with its data under DATA_DIR/node-i and, with --admin-port
+BASE, its admin port on BASE+i; the cluster's own admin port, BASE+N, answers /v1/cluster
+and /metrics. A node that dies is started again with the same id and data directory.
+Ctrl-C or SIGTERM stops every node. Every other setting is each node's, as `fastcoord
+serve` takes it (see its --help).
+"""
+
+# Settings `fastcoord cluster` gives each node itself (per node), rather than passing on.
+CLUSTER_OWN = {"host", "port", "node_id", "cluster", "data_dir", "admin_port", "admin_host"}
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from fastcoord import config
+    from fastcoord.cluster.supervisor import Plan, run
+
+    if args.node_id is not None or args.cluster is not None:
+        print("fastcoord cluster: --node-id and --cluster are set for each node", file=sys.stderr)
+        return 2
+    overrides = {
+        s.name: value for s in config.SETTINGS if (value := getattr(args, s.attr)) is not None
+    }
+    try:
+        cfg = config.load(args.config, overrides)
+    except config.ConfigError as exc:
+        print(f"fastcoord cluster: {exc}", file=sys.stderr)
+        return 2
+    serve_args = ["--config", args.config] if args.config else []
+    for s in config.SETTINGS:
+        value = getattr(args, s.attr)
+        if value is None or s.attr in CLUSTER_OWN:
+            continue
+        if s.attr == "topics":
+            serve_args += [a for v in value for a in ("--topic", v)]
+        elif s.attr == "fault":
+            serve_args += [a for v in value for a in ("--fault", v)]
+        else:
+            serve_args += [s.flag, str(value)]
+    if args.admin_port is None and cfg.admin_port != "off":
+        args.admin_port = str(cfg.admin_port)  # from the file: a base, as the flag
+    if args.admin_port is None:
+        serve_args += ["--admin-port", "off"]  # not the file's one port for every node
+    plan = Plan(
+        nodes=args.nodes or len(os.sched_getaffinity(0)),
+        host=cfg.advertised_host or cfg.host,
+        port=cfg.port,
+        admin_host=cfg.admin_host,
+        admin_port=None if cfg.admin_port == "off" else int(cfg.admin_port),
+        data_dir=None if cfg.in_memory else Path(cfg.data_dir),
+        partitions=cfg.offsets_topic_num_partitions,
+        restart_delay_ms=args.restart_delay_ms,
+        pin=args.pin,
+        serve_args=serve_args,
+    )
+    if plan.port and plan.port + plan.nodes - 1 > 65535:
+        print(f"fastcoord cluster: ports {plan.port}..{plan.port + plan.nodes - 1} do not exist")
+        return 2
+    return run(plan)
+
+
+def _add_cluster(sub: Any) -> None:
+    p = sub.add_parser(
+        "cluster",
+        help="run N nodes of a cluster on this machine and keep them running",
+        usage="fastcoord cluster [--nodes N] [--pin] [--restart-delay-ms MS] [SETTING ...]",
+        description=CLUSTER_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--nodes",
+        type=_positive(int),
+        default=None,
+        metavar="N",
+        help="nodes to run (default: one per core this process may use)",
+    )
+    p.add_argument(
+        "--pin", action="store_true", help="pin node i to core i (mod the cores): one per core"
+    )
+    p.add_argument(
+        "--restart-delay-ms",
+        type=int,
+        default=1000,
+        metavar="MS",
+        help="wait before starting a dead node again (doubled while it dies before it "
+        "listens, up to a minute) (default: 1000)",
+    )
+    p.add_argument("--config", metavar="FILE.toml", help="each node's settings file")
+    _add_setting_flags(p)
+    p.set_defaults(func=_cluster)
 
 
 LOADTEST_HELP = """\
@@ -372,6 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_setting_flags(serve)
     serve.set_defaults(func=_serve)
+    _add_cluster(sub)
     _add_loadtest(sub)
     _add_report(sub)
     return parser
