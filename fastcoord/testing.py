@@ -68,6 +68,7 @@ class ServerProcess:
     log_path: Path  # its stdout and stderr
     data_dir: Path | None = None
     temporary: Path | None = None  # a directory made for it, removed by stop()
+    admin_address: str | None = None  # where its admin port is, when not in its output
 
     @property
     def pid(self) -> int:
@@ -81,6 +82,8 @@ class ServerProcess:
     @property
     def admin(self) -> str:
         """HOST:PORT of its admin port (started with --admin-port), from its output."""
+        if self.admin_address is not None:
+            return self.admin_address
         match = re.search(ADMIN, self.log())
         if match is None:
             raise RuntimeError(f"{self.name} has no admin port: start it with --admin-port 0")
@@ -379,6 +382,39 @@ def fastcoord_cluster(
     finally:
         for server in servers:
             server.stop()
+
+
+CLUSTER_ADMIN = r"cluster admin on ([\d.]+):(\d+)"
+
+
+def start_cluster(directory: Path, nodes: int, *args: str) -> ServerProcess:
+    """`fastcoord cluster --nodes N` on free loopback ports (its nodes' admin ports and its
+    own too), its data under `directory / "data"`, its output in `directory /
+    "server.log"`; returned once every node listens. Its `admin` is the cluster's admin
+    port (/v1/cluster), its `bootstrap` node 0's address; stop() stops every node."""
+    directory.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "fastcoord",
+        "cluster",
+        "--nodes",
+        str(nodes),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--admin-port",
+        "0",
+        "--data-dir",
+        str(directory / "data"),
+        *args,
+    ]
+    server = start("fastcoord cluster", argv, directory, ready=[CLUSTER_ADMIN])
+    match = re.search(CLUSTER_ADMIN, server.log())
+    assert match is not None  # start() waited for it
+    server.admin_address = f"{match.group(1)}:{match.group(2)}"
+    return server
 
 
 # -- the peers of benchmarks ----------------------------------------------------------------

@@ -120,6 +120,12 @@ class AdminClient:
         group: dict[str, Any] = self._expect(self._call("GET", path), dict, "a group")
         return group
 
+    def cluster(self) -> dict[str, Any]:
+        """GET /v1/cluster (fastcoord cluster's admin port): the nodes, their state and
+        restarts."""
+        view: dict[str, Any] = self._expect(self._call("GET", "/v1/cluster"), dict, "a cluster")
+        return view
+
     def metrics_text(self) -> str:
         """GET /metrics: the Prometheus text."""
         status, answer = self.request("GET", "/metrics")
