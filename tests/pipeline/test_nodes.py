@@ -127,7 +127,7 @@ def test_the_slowest_rebalances_are_the_slowest_of_every_node(cluster: dict[str,
     ]
     assert len({r["group_id"] for r in got}) > GROUPS  # from more than one node
     assert [r["duration_ms"] for r in got] == sorted(
-        (int(str(r["duration_ms"])) for r in syncs), reverse=True
+        (int(r["duration_ms"]) for r in syncs), reverse=True
     )[: rebalances.SLOWEST]
 
 
@@ -147,8 +147,8 @@ def test_each_row_names_the_node_that_wrote_it(cluster: dict[str, Any]) -> None:
         mine = rows[r["node_id"]]
         assert r["rebalances"] == sum(e["kind"] == "sync_completed" for e in mine)
         assert r["commits"] == sum(e["kind"] == "offsets_committed" for e in mine)
-        assert int(r["first"].timestamp() * 1000) == min(int(str(e["at"])) for e in mine)
-        assert int(r["last"].timestamp() * 1000) == max(int(str(e["at"])) for e in mine)
+        assert int(r["first"].timestamp() * 1000) == min(int(e["at"]) for e in mine)
+        assert int(r["last"].timestamp() * 1000) == max(int(e["at"]) for e in mine)
 
 
 def test_a_report_over_a_cluster(spark: Any, cluster: dict[str, Any]) -> None:
