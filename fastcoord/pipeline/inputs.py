@@ -1,16 +1,24 @@
-"""The report's inputs, checked before Spark reads them: run directories and an event log.
+"""The report's inputs, checked before Spark reads them: run directories and event logs.
 
 A run directory is what `fastcoord loadtest --out` leaves (summary.json and four tables of
-Parquet part files, docs/loadtest.md); the event log is `DATA_DIR/events` of `fastcoord
+Parquet part files, docs/loadtest.md); an event log is `DATA_DIR/events` of `fastcoord
 serve` (docs/server.md). Every part file's schema is read from its footer (no data) and
 checked for the columns the report uses: a file that lacks one (written by an older
 version, or not by fastcoord at all) is named with what it lacks and left out, and the
 report goes on with the rest. So a problem costs the figures that need it, not the report.
+
+A cluster has an event log per node, at DATA_DIR/node-N/events; the report reads them as
+one. Each log's files are listed in their own directory, because a merged file names the
+files it replaced by name only, and two nodes may give a file the same name. A log's node
+comes from the directory's name, for the rows of files written before the event log
+recorded it.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,12 +26,13 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from fastcoord.loadtest.results import SCHEMAS
-from fastcoord.server import event_log
+from fastcoord.server import event_files, event_log
 
 SUMMARY_SCHEMA_VERSION = 1
 TABLES = tuple(SCHEMAS)  # latency, rebalances, errors, states
 COLUMNS = {table: set(schema.names) for table, schema in SCHEMAS.items()}
-EVENT_COLUMNS = set(event_log.SCHEMA.names)
+EVENT_COLUMNS = set(event_log.SCHEMA.names) - event_files.ADDED  # older files lack those
+NODE = re.compile(r"node-(\d+)")  # a node's data directory in a cluster's
 
 
 @dataclass
@@ -37,10 +46,24 @@ class Run:
 
 
 @dataclass
+class EventDir:
+    """One node's event log: its directory, its node as the directory's name says (None
+    where it does not: then only the files' own column says), its usable files."""
+
+    path: Path
+    node: int | None
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Inputs:
     runs: list[Run]
-    event_files: list[str]
+    event_dirs: list[EventDir]
     problems: list[str]  # one sentence each, naming the file and what is wrong
+
+    @property
+    def event_files(self) -> list[str]:
+        return [f for d in self.event_dirs for f in d.files]
 
 
 def _usable(paths: list[Path], columns: set[str], problems: list[str]) -> list[str]:
@@ -116,19 +139,63 @@ def run_names(paths: list[Path]) -> list[str]:
     return out
 
 
-def open_inputs(run_dirs: list[Path], events: Path | None) -> Inputs:
+def node_of(events: Path) -> int | None:
+    """N for DATA_DIR/node-N/events, where a cluster puts node N's event log; else None."""
+    events = events.resolve()
+    match = NODE.fullmatch(events.parent.name)
+    return int(match[1]) if match and events.name == "events" else None
+
+
+def _nodes(cluster: Path, problems: list[str]) -> list[Path]:
+    """The event logs of a cluster's data directory, node-N/events, in the order of N; none
+    if `cluster` is not one (no node-N/events in it)."""
+    if not cluster.is_dir():
+        return []
+    nodes = sorted(
+        (int(match[1]), child)
+        for child in cluster.iterdir()
+        if (match := NODE.fullmatch(child.name)) and child.is_dir()
+    )
+    if not any((child / "events").is_dir() for _, child in nodes):
+        return []
+    for n, child in nodes:
+        if not (child / "events").is_dir():
+            problems.append(f"{child}: no events directory: no server-side figures of node {n}")
+    return [child / "events" for _, child in nodes if (child / "events").is_dir()]
+
+
+def expand_events(paths: Sequence[Path], problems: list[str]) -> list[Path]:
+    """The event logs that --events names, in order, each once: a directory as it is given,
+    a cluster's data directory (one holding node-N/events) as its nodes' logs."""
+    given: dict[Path, Path] = {}  # by the resolved path: a log named twice is read once
+    for path in paths:
+        given.setdefault(path.resolve(), path)
+    found: dict[Path, Path] = {}
+    for path in given.values():
+        for events in _nodes(path, problems) or [path]:
+            found.setdefault(events.resolve(), events)
+    return list(found.values())
+
+
+def open_event_dir(events: Path, problems: list[str]) -> EventDir:
+    opened = EventDir(events, node_of(events))
+    if not events.is_dir():
+        problems.append(f"{events}: not a directory: no server-side figures")
+        return opened
+    found = event_log.files(events)  # without the files a merge replaced
+    if not found:
+        problems.append(f"{events}: no event files: no server-side figures")
+    opened.files = _usable(found, EVENT_COLUMNS, problems)
+    return opened
+
+
+def open_inputs(run_dirs: list[Path], events: Path | Sequence[Path] | None) -> Inputs:
+    """The runs, and the event logs of `events`: one directory, or several (expand_events)."""
     problems: list[str] = []
     runs = [
         open_run(path, name, problems)
         for path, name in zip(run_dirs, run_names(run_dirs), strict=True)
     ]
-    event_files: list[str] = []
-    if events is not None:
-        if not events.is_dir():
-            problems.append(f"{events}: not a directory: no server-side figures")
-        else:
-            found = event_log.files(events)  # without the files a merge replaced
-            if not found:
-                problems.append(f"{events}: no event files: no server-side figures")
-            event_files = _usable(found, EVENT_COLUMNS, problems)
-    return Inputs(runs, event_files, problems)
+    given = [] if events is None else [events] if isinstance(events, Path) else list(events)
+    dirs = [open_event_dir(path, problems) for path in expand_events(given, problems)]
+    return Inputs(runs, dirs, problems)

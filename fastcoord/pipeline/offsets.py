@@ -7,11 +7,17 @@ read up to the tear and named), each partition's records in order, the last reco
 (group, topic, partition) winning as it does when the server loads, a tombstone removing
 the offset. Its size is bounded by what compaction leaves plus one segment's tail per
 partition, and only the final offsets are kept, one row per committed partition.
+
+A cluster has an offsets log per node, beside each node's event log. A group lives on one
+node, so its offsets are in one node's log; they are read node by node and put together,
+each row with its node.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -29,6 +35,7 @@ SCHEMA = pa.schema(
         ("commit_timestamp", pa.timestamp("ms", tz="UTC")),
     ]
 )
+NODES_SCHEMA = SCHEMA.append(pa.field("node_id", pa.int32()))
 
 
 def _segments(directory: Path) -> list[Path]:
@@ -76,3 +83,26 @@ def committed_offsets(data_dir: Path, problems: list[str]) -> pa.Table | None:
         },
         schema=SCHEMA,
     )
+
+
+def nodes_offsets(
+    data_dirs: Sequence[tuple[Path, int | None]], problems: list[str]
+) -> pa.Table | None:
+    """committed_offsets of each (data directory, node) as one table, with a node_id column;
+    None without any offsets log. Were a (group, topic, partition) in two nodes' logs (a
+    group that moved), the later commit is the final one."""
+    final: dict[tuple[str, str, int], dict[str, Any]] = {}
+    found = False
+    for data_dir, node in data_dirs:
+        table = committed_offsets(data_dir, problems)
+        if table is None:
+            continue
+        found = True
+        for row in table.to_pylist():
+            key = (row["group_id"], row["topic"], row["partition"])
+            held = final.get(key)
+            if held is None or row["commit_timestamp"] >= held["commit_timestamp"]:
+                final[key] = {**row, "node_id": node}
+    if not found:
+        return None
+    return pa.Table.from_pylist([final[key] for key in sorted(final)], schema=NODES_SCHEMA)

@@ -1,5 +1,6 @@
-"""`fastcoord report`: read the runs and the event log, compute every table on Spark, write
-them as Parquet under --out, draw the charts, write report.html, print a summary.
+"""`fastcoord report`: read the runs and the event logs (one server's, or each node's of a
+cluster, as one), compute every table on Spark, write them as Parquet under --out, draw the
+charts, write report.html, print a summary.
 
 Spark does the work that grows with the data (every row of every run); what comes back to
 this process is the tables it wrote, which are aggregates: a row per API and 10-second
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ from rich.table import Table
 
 from fastcoord.pipeline import charts, compare, html
 from fastcoord.pipeline.inputs import Inputs, open_inputs
-from fastcoord.pipeline.offsets import committed_offsets
+from fastcoord.pipeline.offsets import nodes_offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -43,7 +44,7 @@ class Report:
 
 
 def _computations(t: Tables) -> dict[str, Callable[[], DataFrame]]:
-    from fastcoord.pipeline import commits, errors, latency, membership, rebalances
+    from fastcoord.pipeline import commits, errors, latency, membership, nodes, rebalances
     from fastcoord.pipeline.clock import run_starts
 
     def starts() -> DataFrame:
@@ -70,6 +71,7 @@ def _computations(t: Tables) -> dict[str, Callable[[], DataFrame]]:
         "rebalances_server": server,
         "rebalance_sizes_server": lambda: rebalances.by_size(server(), []),
         "slowest_rebalances": lambda: rebalances.slowest(server()),
+        "events_by_node": lambda: nodes.per_node(t.events),
     }
 
 
@@ -79,7 +81,7 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 def make_report(
     run_dirs: list[Path],
-    events: Path | None,
+    events: Path | Sequence[Path] | None,
     out: Path,
     master: str,
     console: Console | None = None,
@@ -125,8 +127,10 @@ def make_report(
         rows = {name: _rows(path) for name, path in report.tables.items()}
         _charts(report, rows)
         report.seconds["charts"] = time.monotonic() - started
-    if events is not None and events.is_dir():
-        final = committed_offsets(events.parent, report.problems)
+    # Each node's offsets log is beside its event log, in its data directory.
+    data_dirs = [(d.path.parent, d.node) for d in inputs.event_dirs if d.path.is_dir()]
+    if data_dirs:
+        final = nodes_offsets(data_dirs, report.problems)
         if final is not None:
             path = out / "tables" / "committed_offsets"
             shutil.rmtree(path, ignore_errors=True)
@@ -221,6 +225,7 @@ def _page(
             html.table(rows["rebalance_sizes_client"])
             + html.chart(report.charts["rebalances"], "rebalance duration by group size"),
         ),
+        ("The event log, node by node", html.table(rows["events_by_node"])),
         ("Rebalances as the server ran them", html.table(rows["rebalance_sizes_server"])),
         ("Slowest rebalances", html.table(rows["slowest_rebalances"])),
         (
@@ -276,6 +281,14 @@ def _summary(
         for row in rows["rebalance_sizes_client"]:
             sizes.add_row(*(html.cell(row[c]) for c in columns))
         out.print(sizes)
+    if len(rows["events_by_node"]) > 1:  # a cluster's logs: what each node gave
+        by_node = Table(title="the event log, node by node")
+        columns = ["node_id", "events", "groups", "rebalances", "commits"]
+        for column in columns:
+            by_node.add_column(column, justify="right")
+        for row in rows["events_by_node"]:
+            by_node.add_row(*(html.cell(row[c]) for c in columns))
+        out.print(by_node)
     if comparison:
         runs = [run.name for run in inputs.runs]
         compared = Table(title="runs compared")

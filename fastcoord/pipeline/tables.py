@@ -1,6 +1,12 @@
 """The inputs as Spark DataFrames: each loadtest table over every run, with a `run` column,
-and the event log. Only the columns the report uses are read, so files that carry more
-(a newer writer) read the same; empty inputs give empty frames of the right schema."""
+and the event logs of every node as one. Only the columns the report uses are read, so files
+that carry more (a newer writer) read the same; empty inputs give empty frames of the right
+schema.
+
+The event logs are read with the event log's schema given, not found from a file: a file
+written before a column was added reads with nulls there, whichever file Spark would have
+looked at. A row without its node takes the node of its log's directory.
+"""
 
 from __future__ import annotations
 
@@ -59,11 +65,16 @@ def load(spark: SparkSession, inputs: Inputs) -> Tables:
             frame = frame.unionByName(part)
         frames[table] = frame
     schema = plain(event_log.SCHEMA)
-    events = (
-        spark.read.parquet(*inputs.event_files).select(*schema.names)
-        if inputs.event_files
-        else _empty(spark, schema)
-    )
+    nodes = [
+        spark.read.schema(from_arrow_schema(schema))
+        .parquet(*d.files)
+        .withColumn("node_id", F.coalesce("node_id", F.lit(d.node).cast("int")))
+        for d in inputs.event_dirs
+        if d.files
+    ]
+    events = nodes[0] if nodes else _empty(spark, schema)
+    for node in nodes[1:]:
+        events = events.unionByName(node)
     return Tables(
         frames["latency"],
         frames["rebalances"],

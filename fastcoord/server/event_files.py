@@ -9,6 +9,10 @@ and names it after the first of them, with a tag: `-m{level}` while its roll is 
 metadata; until they are deleted (a crash can come first) readers skip them, so a merge is
 committed by one rename. Temporary files begin with "." so that Spark and Hadoop, which skip
 hidden files, never read half a file.
+
+Each row names the node that wrote it (`node_id`), so that the logs of several nodes can be
+read as one. Files written before that column lack it: `conform` gives their rows a null
+node, for a merge that takes them with newer files; a reader fills it from elsewhere.
 """
 
 from __future__ import annotations
@@ -35,8 +39,12 @@ SCHEMA = pa.schema(
         pa.field("members", pa.int32(), nullable=False),
         pa.field("duration_ms", pa.int64(), nullable=False),
         pa.field("reason", pa.string(), nullable=False),
+        # Columns added since the first version come last, nullable: an older file lacks them.
+        pa.field("node_id", pa.int32()),
     ]
 )
+# The columns an older file may lack (and be read, merged and reported all the same).
+ADDED = frozenset({"node_id"})
 
 REPLACES = b"fastcoord.replaces"  # key-value metadata: the names a merged file replaced
 ROLLED = "rolled"
@@ -129,6 +137,18 @@ def replaced_by(path: Path) -> list[str]:
 
 def live(files: Iterable[EventFile], replaced: set[str]) -> list[EventFile]:
     return [f for f in files if f.name not in replaced]
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """A table read from an event file, as SCHEMA: the ADDED columns it lacks (an older
+    version wrote it) as nulls. Anything else that differs is an error, as a cast gives."""
+    if table.schema == SCHEMA:
+        return table
+    for f in SCHEMA:
+        if f.name in ADDED and f.name not in table.column_names:
+            # Appended: the ADDED columns are SCHEMA's last.
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    return table.cast(SCHEMA)
 
 
 def newest_ms(path: Path) -> int | None:

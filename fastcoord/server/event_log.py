@@ -5,8 +5,9 @@ them to a list (the hot path pays one list append per event, and heartbeats make
 background task swaps the list out every event.log.flush.ms, or sooner when a batch is
 full, and a worker thread writes it as one Parquet file under DATA_DIR/events/. Each file is
 written under a hidden temporary name and renamed, so a reader, or a crash, never sees half
-a file. If the disk falls behind, at most MAX_BUFFERED events wait; later ones are dropped
-and counted, with one warning per flush, rather than growing without bound.
+a file. Each row carries the node's id (node.id), so that a cluster's logs, one per node,
+can be read as one. If the disk falls behind, at most MAX_BUFFERED events wait; later ones
+are dropped and counted, with one warning per flush, rather than growing without bound.
 
 After each flush another worker thread merges the small files into rolled ones and deletes
 files past retention (event_merge.py); `read` returns the same events in the same order
@@ -51,7 +52,7 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-def to_table(events: list[Event]) -> pa.Table:
+def to_table(events: list[Event], node_id: int = 0) -> pa.Table:
     return pa.table(
         {
             "at": pa.array([e.at_ms for e in events], pa.timestamp("ms", tz="UTC")),
@@ -62,6 +63,8 @@ def to_table(events: list[Event]) -> pa.Table:
             "members": pa.array([e.members for e in events], pa.int32()),
             "duration_ms": pa.array([e.duration_ms for e in events], pa.int64()),
             "reason": [e.reason for e in events],
+            # One value a file: Parquet's dictionary and run-length encoding store it in bytes.
+            "node_id": pa.repeat(pa.scalar(node_id, pa.int32()), len(events)),
         }
     ).cast(SCHEMA)
 
@@ -119,8 +122,10 @@ class EventLog:
         roll_ms: int = 3_600_000,
         retention_ms: int = 604_800_000,
         clock: Callable[[], int] = wall_ms,
+        node_id: int = 0,
     ) -> None:
         self.directory = Path(directory)
+        self.node_id = node_id  # written in every row
         self.flush_s = flush_ms / 1000
         self.pending: list[Event] = []
         self.dropped = 0
@@ -217,5 +222,5 @@ class EventLog:
 
     def _write(self, batch: list[Event], name: str) -> None:
         partial = self.directory / temporary(name)
-        pq.write_table(to_table(batch), partial)
+        pq.write_table(to_table(batch, self.node_id), partial)
         os.replace(partial, self.directory / name)

@@ -39,6 +39,7 @@ from fastcoord.server.event_files import (
     REPLACES,
     SCHEMA,
     EventFile,
+    conform,
     is_temporary,
     merged_name,
     newest_ms,
@@ -203,8 +204,8 @@ def _write(
                         table = source.read_row_group(i).replace_schema_metadata(None)
                     except (OSError, pa.ArrowException) as exc:
                         raise Unreadable(f.name, exc) from exc
-                    if table.schema != SCHEMA:
-                        table = table.cast(SCHEMA)
+                    # An older version's file lacks the newer columns: null there.
+                    table = conform(table)
                     held.append(table)
                     held_rows += table.num_rows
                     rows += table.num_rows

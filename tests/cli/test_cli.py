@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -59,3 +61,28 @@ def test_serve_listens_says_where_and_stops_on_sigterm(tmp_path: Path) -> None:
         process.wait(timeout=30)
         if process.stdout is not None:
             process.stdout.close()
+
+
+def test_report_takes_event_logs_repeated_and_separated_by_commas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fastcoord import cli
+    from fastcoord.pipeline import report
+
+    calls: list[tuple[Any, ...]] = []
+
+    def make_report(*args: Any) -> Any:
+        calls.append(args)
+        return SimpleNamespace(tables={"latency_run": Path("x")})
+
+    monkeypatch.setattr(report, "make_report", make_report)
+    argv = ["report", "run", "--events", "data/node-0/events,data/node-1/events"]
+    assert cli.main([*argv, "--events", "data/node-2/events", "--events", "more,"]) == 0
+    assert cli.main(["report", "run", "--events", "data/events"]) == 0
+    assert cli.main(["report", "run"]) == 0
+    logs = [call[1] for call in calls]
+    assert logs == [
+        [Path(f"data/node-{n}/events") for n in range(3)] + [Path("more")],
+        [Path("data/events")],
+        None,
+    ]

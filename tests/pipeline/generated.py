@@ -138,16 +138,23 @@ def other_tables(run: GeneratedRun, seconds: int, seed: int) -> dict[str, list[d
     return tables
 
 
-def events(directory: Path, seed: int) -> list[dict[str, object]]:
+def events(
+    directory: Path, seed: int, groups: range = range(8), node_id: int | None = None
+) -> list[dict[str, object]]:
     """An event log: groups that rebalance (joins, some expirations, sync_completed), commits,
-    leaves; written as the server names its files."""
-    from fastcoord.pipeline.tables import plain
-    from fastcoord.server.event_log import SCHEMA
+    leaves; written as the server names its files, by node `node_id` (None: as versions
+    before the node's column wrote them, without it)."""
+    rows = event_rows(seed, groups)
+    write_events(directory, rows, node_id)
+    return rows
 
+
+def event_rows(seed: int, groups: range = range(8)) -> list[dict[str, object]]:
+    """The rows of `events`, oldest first, without writing them."""
     rng = random.Random(seed)
     rows: list[dict[str, object]] = []
     at = START_MS
-    for group in range(8):
+    for group in groups:
         members = 0
         for generation in range(1, rng.randrange(2, 6)):
             at += rng.randrange(100, 5000)
@@ -180,13 +187,30 @@ def events(directory: Path, seed: int) -> list[dict[str, object]]:
             if rng.random() < 0.3:
                 at += 10
                 rows.append(_event(at, "member_left", group, f"g{group}-leaver", -1, 0, 0, ""))
+    return rows
+
+
+def write_events(
+    directory: Path, rows: list[dict[str, object]], node_id: int | None = None
+) -> list[str]:
+    """`rows` as two files of an event log, by node `node_id` (None: without the node's
+    column); their names."""
+    from fastcoord.pipeline.tables import plain
+    from fastcoord.server.event_log import SCHEMA
+
     directory.mkdir(parents=True, exist_ok=True)
     half = len(rows) // 2
+    names = []
     for n, part in enumerate((rows[:half], rows[half:]), 1):
         first = part[0]["at"]
-        table = pa.Table.from_pylist(part, schema=plain(SCHEMA)).cast(SCHEMA)
-        pq.write_table(table, directory / f"events-{first}-1-{n:06d}.parquet")
-    return rows
+        table = pa.Table.from_pylist(
+            [{**row, "node_id": node_id} for row in part], schema=plain(SCHEMA)
+        ).cast(SCHEMA)
+        if node_id is None:
+            table = table.drop_columns(["node_id"])
+        names.append(f"events-{first}-1-{n:06d}.parquet")
+        pq.write_table(table, directory / names[-1])
+    return names
 
 
 def _event(

@@ -259,26 +259,37 @@ def test_leftover_temporary_files_are_never_read_and_go_at_start(tmp_path: Path)
 
 
 def test_files_written_by_earlier_versions_are_read_merged_and_numbered_past(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     d = tmp_path / "events"
     d.mkdir()
     old = [events(30, T0 + i * 1000) for i in range(3)]
     for n, batch in enumerate(old, start=1):
-        pq.write_table(
-            event_log.to_table(batch), d / f"events-{batch[0].at_ms:013d}-77-{n:06d}.parquet"
-        )
-    log = EventLog(d, flush_ms=1000, roll_ms=10_000, clock=lambda: T0)
+        # As earlier versions wrote them: without the node's column.
+        table = event_log.to_table(batch).drop_columns(["node_id"])
+        pq.write_table(table, d / f"events-{batch[0].at_ms:013d}-77-{n:06d}.parquet")
+    log = EventLog(d, flush_ms=1000, roll_ms=10_000, clock=lambda: T0, node_id=4)
     new = [events(30, T0 + 3000), events(5, T0 + 20_000)]
     flush(log, *new)
     assert [f.n for f in scan(d)] == [1, 2, 3, 4, 5]  # numbered past the old ones
     expected = [e.at_ms for b in old + new for e in b]
+    nodes = [None] * 90 + [4] * 35  # an older file's rows: no node
     assert stamps(d) == expected
+    assert event_log.read(d).column("node_id").to_pylist() == nodes
     log.merger.run_pass()
+    assert "cannot" not in caplog.text
     rolled, last = scan(d)
     assert rolled.closed and rolled.pid == 77 and len(replaced_by(d / rolled.name)) == 4
     assert last.n == 5 and not last.merged
     assert stamps(d) == expected
+    assert event_log.read(d).column("node_id").to_pylist() == nodes
+
+
+def test_each_row_names_the_node_that_wrote_it(tmp_path: Path) -> None:
+    flush(EventLog(tmp_path / "a", flush_ms=1000), events(5))
+    flush(EventLog(tmp_path / "b", flush_ms=1000, node_id=7), events(5))
+    assert event_log.read(tmp_path / "a").column("node_id").to_pylist() == [0] * 5
+    assert event_log.read(tmp_path / "b").column("node_id").to_pylist() == [7] * 5
 
 
 def test_retention_deletes_only_files_whose_newest_event_is_older(tmp_path: Path) -> None:
