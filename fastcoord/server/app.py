@@ -26,7 +26,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from time import perf_counter_ns
@@ -38,6 +38,7 @@ from fastcoord.cluster import peers
 from fastcoord.cluster.routing import Cluster
 from fastcoord.config import ServerConfig
 from fastcoord.core.coordinator import Coordinator
+from fastcoord.core.group import Group
 from fastcoord.core.native import timing_wheel
 from fastcoord.core.result import Event, Result
 from fastcoord.protocol.api_keys import ApiKey
@@ -146,7 +147,7 @@ class Server:
             return None
         return co.table if co.table_answers_heartbeats() else None
 
-    # -- what a scrape reads (metrics.MetricsSource) ------------------------------------------
+    # -- what a scrape and the admin port read (metrics.MetricsSource, admin.AdminHost) -------
 
     def connection_count(self) -> int:
         return len(self.connections)
@@ -167,6 +168,9 @@ class Server:
     def disk_timings(self) -> tuple[Timings, Timings] | None:
         appender = self.store.appender
         return None if appender is None else (appender.append_timings, appender.fsync_timings)
+
+    def groups(self) -> Mapping[str, Group]:
+        return self.coordinator.groups
 
     # -- requests -------------------------------------------------------------------------
 
