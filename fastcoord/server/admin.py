@@ -13,13 +13,18 @@ HTTP/1.1, bounded in everything a client sends, is http.py's; this module routes
     POST   /v1/faults           add a rule (JSON); 201 and its view
     DELETE /v1/faults/{id}      end a rule
     DELETE /v1/faults           end every rule
+
+The admin port sees the server only as its `AdminHost`: what a scrape reads (the metrics'
+`MetricsSource`), the groups and the fault rules, so that this module does not import the
+server and a test can route requests over anything with those parts.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
 import msgspec
@@ -31,10 +36,10 @@ from fastcoord.core.group import Group
 from fastcoord.faults import Fault, FaultError, decode_rule
 from fastcoord.server import http
 from fastcoord.server.http import HttpError, Reply, Request, allow, error_reply, json_reply
-from fastcoord.server.metrics import MetricsCollector, exposition
+from fastcoord.server.metrics import MetricsCollector, MetricsSource, exposition
 
 if TYPE_CHECKING:
-    from fastcoord.server.app import Server
+    from fastcoord.server.fault_injection import FaultInjector
 
 log = logging.getLogger("fastcoord.admin")
 
@@ -135,11 +140,23 @@ def fault_view(fault: Fault, now_ms: int) -> FaultView:
 # -- routing --------------------------------------------------------------------------------
 
 
+class AdminHost(MetricsSource, Protocol):
+    """What the admin port reads and changes of the server: the metrics' source, the
+    groups, and the fault rules."""
+
+    injector: FaultInjector
+
+    def now_ms(self) -> int: ...
+
+    def groups(self) -> Mapping[str, Group]:
+        """The classic groups coordinated here, by id."""
+
+
 class Admin:
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    def __init__(self, host: AdminHost) -> None:
+        self.host = host
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(MetricsCollector(server))
+        self.registry.register(MetricsCollector(host))
         ProcessCollector(namespace="fastcoord", registry=self.registry)
 
     def route(self, request: Request) -> Reply:
@@ -161,7 +178,7 @@ class Admin:
         raise HttpError(404, f"no such resource: {path}")
 
     def _groups(self, group_id: str | None) -> Reply:
-        groups = self.server.coordinator.groups
+        groups = self.host.groups()
         if group_id is None:
             return json_reply(200, [group_view(g) for g in groups.values()])
         group = groups.get(group_id)
@@ -170,8 +187,8 @@ class Admin:
         return json_reply(200, group_detail(group))
 
     def _faults(self, method: str, body: bytes) -> Reply:
-        injector = self.server.injector
-        now = self.server.now_ms()
+        injector = self.host.injector
+        now = self.host.now_ms()
         if method == "GET":
             return json_reply(200, [fault_view(f, now) for f in injector.faults])
         if method == "DELETE":
@@ -186,10 +203,10 @@ class Admin:
     def _delete_fault(self, text: str) -> Reply:
         if not text.isdigit():
             raise HttpError(404, f"no fault rule {text!r}: ids are numbers")
-        fault = self.server.injector.remove(int(text))
+        fault = self.host.injector.remove(int(text))
         if fault is None:
             raise HttpError(404, f"no fault rule {text}")
-        return json_reply(200, fault_view(fault, self.server.now_ms()))
+        return json_reply(200, fault_view(fault, self.host.now_ms()))
 
     def reply(self, request: Request) -> Reply:
         started = time.perf_counter_ns()
@@ -202,7 +219,7 @@ class Admin:
             return error_reply(500, "internal error: see the server's log")
         finally:
             # The loop's time taken from the Kafka clients: what watching the server costs.
-            self.server.metrics.admin_timings.observe_ns(time.perf_counter_ns() - started)
+            self.host.metrics.admin_timings.observe_ns(time.perf_counter_ns() - started)
 
 
 async def serve(

@@ -26,7 +26,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from time import perf_counter_ns
@@ -38,6 +38,7 @@ from fastcoord.cluster import peers
 from fastcoord.cluster.routing import Cluster
 from fastcoord.config import ServerConfig
 from fastcoord.core.coordinator import Coordinator
+from fastcoord.core.group import Group
 from fastcoord.core.native import timing_wheel
 from fastcoord.core.result import Event, Result
 from fastcoord.protocol.api_keys import ApiKey
@@ -69,6 +70,7 @@ from fastcoord.storage.lock import DataDirLocked
 from fastcoord.storage.log import LogCorruption
 from fastcoord.storage.memory import MemoryStore
 from fastcoord.storage.store import LogCleanerSettings, OffsetsStore, Store
+from fastcoord.timings import Timings
 
 log = logging.getLogger("fastcoord.server")
 events_log = logging.getLogger("fastcoord.events")
@@ -144,6 +146,31 @@ class Server:
         ):
             return None
         return co.table if co.table_answers_heartbeats() else None
+
+    # -- what a scrape and the admin port read (metrics.MetricsSource, admin.AdminHost) -------
+
+    def connection_count(self) -> int:
+        return len(self.connections)
+
+    def group_states(self) -> list[int]:
+        return list(self.coordinator.table.group_states())
+
+    def member_count(self) -> int:
+        return len(self.coordinator.table)
+
+    def heartbeat_answers(self) -> dict[int, int]:
+        return self.coordinator.heartbeat_answers()
+
+    def fast_path_answers(self) -> tuple[int, int]:
+        table = self.coordinator.table
+        return sum(table.heartbeat_answers().values()), table.consumer_heartbeat_answers()
+
+    def disk_timings(self) -> tuple[Timings, Timings] | None:
+        appender = self.store.appender
+        return None if appender is None else (appender.append_timings, appender.fsync_timings)
+
+    def groups(self) -> Mapping[str, Group]:
+        return self.coordinator.groups
 
     # -- requests -------------------------------------------------------------------------
 

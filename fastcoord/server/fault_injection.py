@@ -13,6 +13,10 @@ and all are handled then, in the order they came.
 
 Each injection is counted (fastcoord_faults_injected_total), written to the event log, and
 logged at most once a second per rule, with how many it met since the last line.
+
+The injector sees the server only as its `FaultHost`: the clock, a timer, the counters, the
+event log and the two ways to handle a request, so that this module does not import the
+server and a test can run the rules over a host of its own, in virtual time.
 """
 
 from __future__ import annotations
@@ -20,9 +24,9 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fastcoord.core.result import Event
 from fastcoord.faults import Fault, FaultRule, FaultSet
@@ -32,8 +36,9 @@ from fastcoord.protocol.error_responses import error_response
 from fastcoord.protocol.headers import RequestHeader
 
 if TYPE_CHECKING:
-    from fastcoord.server.app import Server
     from fastcoord.server.connection import Served, Slot
+    from fastcoord.server.event_log import EventLog
+    from fastcoord.server.metrics import Metrics
 
 log = logging.getLogger("fastcoord.faults")
 
@@ -54,9 +59,27 @@ def groups_of(request: Any) -> Iterator[str]:
     yield from getattr(request, "coordinator_keys", ())
 
 
+class FaultHost(Protocol):
+    """What the injector needs of the server."""
+
+    metrics: Metrics
+    event_log: EventLog | None
+
+    def now_ms(self) -> int: ...
+
+    def later(self, at_ms: int, fn: Callable[[], object]) -> None:
+        """Call fn at at_ms (or at shutdown, whichever comes first)."""
+
+    def handle(self, slot: Slot, header: RequestHeader, request: Served) -> None:
+        """Handle a request, past the rules: a delayed or paused one, now due."""
+
+    def commit_offsets_now(self, commits: list[tuple[Slot, OffsetCommitBatch]]) -> None:
+        """Handle OffsetCommits, past the rules."""
+
+
 class FaultInjector:
-    def __init__(self, server: Server, seed: int | None = None) -> None:
-        self.server = server
+    def __init__(self, host: FaultHost, seed: int | None = None) -> None:
+        self.host = host
         self.faults = FaultSet()
         self._random = random.Random(seed)
         self._logged: dict[int, tuple[int, int]] = {}  # fault id -> (last line at, met since)
@@ -64,14 +87,14 @@ class FaultInjector:
     # -- the rules ----------------------------------------------------------------------
 
     def add(self, rule: FaultRule) -> Fault:
-        now = self.server.now_ms()
+        now = self.host.now_ms()
         fault = self.faults.add(rule, now)
         log.warning("fault rule added: %s", self._span(fault))
         self._watch(now)
         return fault
 
     def remove(self, fault_id: int) -> Fault | None:
-        now = self.server.now_ms()
+        now = self.host.now_ms()
         fault = self.faults.get(fault_id)
         over = fault is not None and fault.state(now) == "ended"
         self.faults.remove(fault_id, now)
@@ -80,7 +103,7 @@ class FaultInjector:
         return fault
 
     def clear(self) -> list[Fault]:
-        now = self.server.now_ms()
+        now = self.host.now_ms()
         over = {f.id for f in self.faults if f.state(now) == "ended"}
         faults = self.faults.clear(now)
         for fault in faults:
@@ -102,10 +125,10 @@ class FaultInjector:
         """Be woken when a rule next starts or ends."""
         at = self.faults.next_change_ms(now)
         if at is not None:
-            self.server.later(at, self._changed)
+            self.host.later(at, self._changed)
 
     def _changed(self) -> None:
-        now = self.server.now_ms()
+        now = self.host.now_ms()
         self.faults.refresh(now)
         for fault in self.faults:
             if fault.ends_ms is not None and fault.ends_ms <= now and fault.id in self._logged:
@@ -135,7 +158,7 @@ class FaultInjector:
 
     def intercept(self, slot: Slot, header: RequestHeader | None, request: Served) -> bool:
         """Carry out the rule this request meets; False when it meets none (handle it)."""
-        now = self.server.now_ms()
+        now = self.host.now_ms()
         api = slot.api_key
         fault = self.faults.match(api, groups_of(request), now, self._random.random)
         if fault is None:
@@ -145,14 +168,14 @@ class FaultInjector:
         if kind != "pause" and fault.spent():
             self._ended(fault, "its count is reached")
         if kind == "error":
-            metrics = self.server.metrics
+            metrics = self.host.metrics
             metrics.requests[api] += 1  # delayed and paused requests count when handled
             if api == HEARTBEAT:  # other APIs' answers are counted as they are filled
                 metrics.error(api, fault.error)
             slot.answer(error_response(request, slot.version, fault.error))
         elif kind == "latency":
             delay = math.ceil(fault.latency_draw(self._random.gauss))
-            self.server.later(now + delay, partial(self._handle, slot, header, request))
+            self.host.later(now + delay, partial(self._handle, slot, header, request))
         elif kind == "pause":
             fault.held.append((slot, header, request))
         else:
@@ -164,15 +187,15 @@ class FaultInjector:
             return  # the client went meanwhile: nobody to answer
         if header is None:
             assert isinstance(request, OffsetCommitBatch)
-            self.server.commit_offsets_now([(slot, request)])
+            self.host.commit_offsets_now([(slot, request)])
         else:
-            self.server.handle(slot, header, request)
+            self.host.handle(slot, header, request)
 
     def _count(self, fault: Fault, api: int, request: Served, now: int) -> None:
-        server = self.server
-        server.metrics.fault(api, fault.kind)
-        if server.event_log is not None:
-            server.event_log.add(
+        host = self.host
+        host.metrics.fault(api, fault.kind)
+        if host.event_log is not None:
+            host.event_log.add(
                 [
                     Event(
                         at_ms=now,

@@ -7,6 +7,10 @@ same thread, together with what is read from the coordinator then (groups by sta
 members, connections). Heartbeats answered from the member table, on any path, are counted
 by the table; the coordinator counts those it answers itself; the rest is counted here.
 
+The collector sees the server only as a `MetricsSource`: what a scrape reads, each part
+named for what it is, so that this module does not import the server and a test can stand
+anything with those parts in its place.
+
 Labels carry API names, error names, group states and fault kinds: never a group or member
 id, whose number a client controls.
 """
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -30,9 +34,6 @@ from fastcoord.core.result import Event
 from fastcoord.protocol.api_keys import ApiKey, api_name
 from fastcoord.protocol.errors import error_name
 from fastcoord.timings import REBALANCE_BUCKETS_S, REQUEST_BUCKETS_S, Timings
-
-if TYPE_CHECKING:
-    from fastcoord.server.app import Server
 
 API_KEYS = 128  # above every API key the codec decodes
 HEARTBEAT = int(ApiKey.HEARTBEAT)
@@ -95,29 +96,54 @@ class Metrics:
         self.faults[key] = self.faults.get(key, 0) + 1
 
 
+class MetricsSource(Protocol):
+    """What a scrape reads of the server: its counters, and what the coordinator, the
+    connections and the offsets log hold at that moment. Read once a scrape, never on a
+    request's path."""
+
+    metrics: Metrics
+
+    def connection_count(self) -> int:
+        """Open client connections."""
+
+    def group_states(self) -> list[int]:
+        """Classic groups in use, by state number (STATE_NUMBERS). Counted from the member
+        table, which keeps every group's state and every member in compiled arrays: a walk
+        over 100k groups in Python would stall the loop."""
+
+    def member_count(self) -> int:
+        """Members of every group."""
+
+    def heartbeat_answers(self) -> dict[int, int]:
+        """{error code: heartbeats answered with it}, every path counted once."""
+
+    def fast_path_answers(self) -> tuple[int, int]:
+        """Heartbeats and ConsumerGroupHeartbeats the member table answered alone."""
+
+    def disk_timings(self) -> tuple[Timings, Timings] | None:
+        """The offsets log's append and fsync histograms; None when nothing is kept."""
+
+
 class MetricsCollector(Collector):
     """The families of one server, built at scrape time."""
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    def __init__(self, source: MetricsSource) -> None:
+        self.source = source
 
     def collect(self) -> Iterator[Metric]:
-        server = self.server
-        metrics = server.metrics
-        co = server.coordinator
-        yield _gauge("fastcoord_connections", "open client connections", len(server.connections))
-        # From the member table, which keeps every group's state and every member in
-        # compiled arrays: a walk over 100k groups in Python would stall the loop.
-        counts = co.table.group_states()
+        source = self.source
+        metrics = source.metrics
+        yield _gauge("fastcoord_connections", "open client connections", source.connection_count())
+        counts = source.group_states()
         groups = GaugeMetricFamily("fastcoord_groups", "groups by state", labels=["state"])
         for state, number in STATE_NUMBERS.items():
             groups.add_metric([str(state)], counts[number])
         yield groups
-        yield _gauge("fastcoord_members", "members of every group", len(co.table))
+        yield _gauge("fastcoord_members", "members of every group", source.member_count())
 
         requests = list(metrics.requests)
         errors = dict(metrics.errors)
-        for code, count in co.heartbeat_answers().items():
+        for code, count in source.heartbeat_answers().items():
             requests[HEARTBEAT] += count
             if code and count:
                 errors[(HEARTBEAT, code)] = errors.get((HEARTBEAT, code), 0) + count
@@ -133,10 +159,9 @@ class MetricsCollector(Collector):
             "heartbeats the member table answered alone (the compiled fast path), by API",
             labels=["api"],
         )
-        family.add_metric([api_name(HEARTBEAT)], sum(co.table.heartbeat_answers().values()))
-        family.add_metric(
-            [api_name(CONSUMER_GROUP_HEARTBEAT)], co.table.consumer_heartbeat_answers()
-        )
+        heartbeats, consumer_heartbeats = source.fast_path_answers()
+        family.add_metric([api_name(HEARTBEAT)], heartbeats)
+        family.add_metric([api_name(CONSUMER_GROUP_HEARTBEAT)], consumer_heartbeats)
         yield family
         family = CounterMetricFamily(
             "fastcoord_request_errors",
@@ -169,15 +194,18 @@ class MetricsCollector(Collector):
         yield _counter(
             "fastcoord_offset_commits", "offsets committed (partitions)", metrics.offsets_committed
         )
-        appender = server.store.appender
-        for name, what, attr in (
-            ("fastcoord_log_append_seconds", "writing a batch to the offsets log", "append"),
-            ("fastcoord_log_fsync_seconds", "syncing a batch of the offsets log", "fsync"),
-        ):
-            disk = HistogramMetricFamily(name, what)
-            if appender is not None:
-                _add_histogram(disk, [], getattr(appender, f"{attr}_timings"))
-            yield disk
+        append = HistogramMetricFamily(
+            "fastcoord_log_append_seconds", "writing a batch to the offsets log"
+        )
+        fsync = HistogramMetricFamily(
+            "fastcoord_log_fsync_seconds", "syncing a batch of the offsets log"
+        )
+        disk = source.disk_timings()
+        if disk is not None:
+            _add_histogram(append, [], disk[0])
+            _add_histogram(fsync, [], disk[1])
+        yield append
+        yield fsync
         family = CounterMetricFamily(
             "fastcoord_faults_injected",
             "requests that met a fault rule, by API and kind",

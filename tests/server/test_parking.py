@@ -20,6 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastcoord.config import ServerConfig
+from fastcoord.core.group import STATE_NUMBERS
+from fastcoord.core.native import member_table
+from fastcoord.core.state import STABLE
+from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.framing import decode_response, encode_request
 from fastcoord.protocol.headers import RequestHeader
@@ -36,10 +40,13 @@ from fastcoord.protocol.messages import (
 from fastcoord.protocol.schema import Request, Response
 from fastcoord.server.app import Server
 from fastcoord.server.connection import Connection
+from fastcoord.server.metrics import Metrics
+from fastcoord.server.parking import Parking
 from fastcoord.storage.memory import MemoryStore
 
 IDLE_MS = 2_000
 GROUP = "g"
+HEARTBEAT = int(ApiKey.HEARTBEAT)
 
 
 def config(**overrides: Any) -> ServerConfig:
@@ -445,3 +452,82 @@ def test_a_socket_the_reactor_refuses_waits_through_trio(caplog: pytest.LogCaptu
     run(main)
     refused = [r for r in caplog.records if "cannot park" in r.getMessage()]
     assert len(refused) == 1 and refused[0].levelname == "WARNING"
+
+
+class OneMemberDispatcher:
+    """Of a Dispatcher, what the parking uses: the request size bound, the clock, the
+    counters, and a member table of one Stable group with one member."""
+
+    def __init__(self) -> None:
+        self.config = config()
+        self.metrics = Metrics()
+        self.table = member_table.MemberTable()
+        group = self.table.add_group(STATE_NUMBERS[STABLE], 1)
+        self.table.bind(GROUP, "m", self.table.add_member(group, 10_000, 10_000))
+
+    def now_ms(self) -> int:
+        return 1_000
+
+    def heartbeat_table(self) -> Any:
+        return self.table
+
+
+class Parked:
+    """What the parking needs of a connection: its socket, and a place for the hand-over."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.fd = sock.fileno()
+        self.client_host = "/127.0.0.1"
+        self.handover: tuple[Any, ...] | None = None
+        self.moved: list[float] = []
+
+    def moved_at(self, t: float) -> None:
+        self.moved.append(t)
+
+
+def test_parking_over_a_dispatcher_of_its_own() -> None:
+    async def main() -> None:
+        dispatcher = OneMemberDispatcher()
+        parking = Parking(dispatcher)
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        client = Wire(trio.socket.from_stdlib_socket(theirs))
+        conn = Parked(ours)
+        stopped = trio.CancelScope()
+
+        async def run_parking(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+            with stopped:
+                await parking.run(task_status=task_status)
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_parking)
+            parked: list[bool] = []
+
+            async def park() -> None:
+                parked.append(await parking.park(conn))
+
+            nursery.start_soon(park)
+            await trio.testing.wait_all_tasks_blocked()
+            # A lone heartbeat: answered on the reactor by the dispatcher's table and
+            # counted in its metrics; the connection stays parked.
+            await client.send(client.frame(HeartbeatRequest(GROUP, 1, "m", None), 3))
+            assert (await client.receive()).error_code == 0
+            assert dispatcher.table.heartbeat_answers()[0] == 1
+            assert dispatcher.metrics.handling[HEARTBEAT] is not None
+            assert len(parking) == 1 and not parked
+            # Anything else goes back to its connection with the bytes read.
+            request = client.frame(ApiVersionsRequest(), 0)
+            await client.send(request)
+            await trio.testing.wait_all_tasks_blocked()
+            assert parked == [True] and len(parking) == 0
+            assert conn.handover == (conn, b"", request, False, 0, None)
+            # Parked again when the reactor stops: handed back with nothing.
+            nursery.start_soon(park)
+            await trio.testing.wait_all_tasks_blocked()
+            stopped.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert parked == [True, True] and conn.handover is None and len(conn.moved) == 1
+        ours.close()
+        theirs.close()
+
+    trio.run(main)
