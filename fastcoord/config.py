@@ -66,7 +66,7 @@ class ServerConfig(
             "the nodes of a cluster, ID@HOST:PORT,... (this node's id among them): each "
             "node listens on its own address from the list (host and port are then not "
             "used) and owns the offsets partitions p with ids[p mod N]; see docs/cluster.md",
-            default="none: a lone server",
+            default="none",
         ),
     ] = ""
     shutdown_grace_ms: Annotated[

@@ -568,6 +568,7 @@ async def _serve(
             config.event_log_roll_bytes,
             config.event_log_roll_ms,
             config.event_log_retention_ms,
+            node_id=config.node_id,
         )
     store.start(trio.lowlevel.current_trio_token().run_sync_soon, server.appended)
     admin = Admin(server)

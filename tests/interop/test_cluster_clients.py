@@ -10,6 +10,7 @@ client. The groups' names spread them over the three nodes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from aiokafka import AIOKafkaConsumer
 from fastcoord.cluster.routing import Node
 from fastcoord.protocol.messages import ListGroupsRequest, ListGroupsResponse
 from fastcoord.testing import ServerProcess, fastcoord_cluster
+from fastcoord.testing_java import JavaMember, start_member
 from tests.interop import groups
 from tests.interop.confluent_members import PolledMember, Poller, confluent
 from tests.interop.groups import PARTITIONS, TOPIC
@@ -63,8 +65,10 @@ class AiokafkaMembers:
         self.members: list[PolledMember] = []
         self._tasks: list[asyncio.Future[None]] = []
 
-    def add(self, bootstrap: str, group: str, client_id: str) -> PolledMember:
-        async def start() -> AIOKafkaConsumer:
+    def add(self, bootstrap: str, group: str, client_ids: list[str]) -> list[PolledMember]:
+        """Members of `group`, started together (each start is a few round trips)."""
+
+        async def start(client_id: str) -> AIOKafkaConsumer:
             consumer = AIOKafkaConsumer(
                 TOPIC,
                 bootstrap_servers=bootstrap,
@@ -77,25 +81,28 @@ class AiokafkaMembers:
             await consumer.start()
             return consumer
 
-        consumer = asyncio.run_coroutine_threadsafe(start(), self.loop).result(30)
-        member = PolledMember(consumer)
-        self.members.append(member)
+        async def start_all() -> list[AIOKafkaConsumer]:
+            return list(await asyncio.gather(*(start(c) for c in client_ids)))
 
-        async def run() -> None:
-            while True:
-                await consumer.getmany(timeout_ms=200)
-                member.owned = {tp.partition for tp in consumer.assignment()}
+        consumers = asyncio.run_coroutine_threadsafe(start_all(), self.loop).result(60)
+        members = [PolledMember(consumer) for consumer in consumers]
+        self.members.extend(members)
+        for member in members:
+            self._tasks.append(asyncio.run_coroutine_threadsafe(self._run(member), self.loop))
+        return members
 
-        self._tasks.append(asyncio.run_coroutine_threadsafe(run(), self.loop))
-        return member
+    async def _run(self, member: PolledMember) -> None:
+        consumer = member.consumer
+        while True:
+            await consumer.getmany(timeout_ms=200)
+            member.owned = {tp.partition for tp in consumer.assignment()}
 
     def close(self) -> None:
         for task in self._tasks:
             task.cancel()
 
         async def stop() -> None:
-            for member in self.members:
-                await member.consumer.stop()
+            await asyncio.gather(*(member.consumer.stop() for member in self.members))
 
         asyncio.run_coroutine_threadsafe(stop(), self.loop).result(60)
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -121,6 +128,9 @@ def settle_all(by_group: dict[str, list[Owner]]) -> None:
             raise AssertionError(f"group {group}: {exc}") from None
 
 
+pytestmark = pytest.mark.cluster
+
+
 def test_every_client_finds_its_groups_coordinator_through_one_node(
     nodes: list[ServerProcess],
 ) -> None:
@@ -129,6 +139,7 @@ def test_every_client_finds_its_groups_coordinator_through_one_node(
     kafka_python: list[KafkaPythonMember] = []
     librdkafka = Poller()
     aiokafka = AiokafkaMembers()
+    java: list[JavaMember] = []
 
     def names(kind: str) -> list[str]:
         return [f"{kind}-{i}" for i in range(GROUPS_PER_CLIENT)]
@@ -152,9 +163,23 @@ def test_every_client_finds_its_groups_coordinator_through_one_node(
                 ]
         librdkafka.start()
         for group in names("aiokafka"):
-            by_group[group] = [
-                aiokafka.add(bootstrap, group, f"{group}-{m}") for m in range(MEMBERS)
+            by_group[group] = list(
+                aiokafka.add(bootstrap, group, [f"{group}-{m}" for m in range(MEMBERS)])
+            )
+        for group in names("java"):
+            made = [
+                start_member(
+                    bootstrap,
+                    [TOPIC],
+                    group,
+                    name=f"{group}-{m}",
+                    session_timeout_ms=SESSION_TIMEOUT_MS,
+                    heartbeat_interval_ms=500,
+                )
+                for m in range(MEMBERS)
             ]
+            java.extend(made)
+            by_group[group] = [JavaOwner(member) for member in made]
         settle_all(by_group)
         # Each node holds the groups of its own partitions, and together all of them.
         held = [listed(node) & set(by_group) for node in nodes]
@@ -166,10 +191,28 @@ def test_every_client_finds_its_groups_coordinator_through_one_node(
                 assert owner == i, f"{group} is held by node {i}, owned by node {owner}"
         assert all(held), "the groups' names should spread them over every node"
     finally:
-        for member in kafka_python:
-            member.close()
+        # Every client's members leave at once: one by one, they took half a minute.
+        for jmember in java:
+            with contextlib.suppress(OSError):
+                jmember.send("close")
+        closing = [threading.Thread(target=m.close) for m in kafka_python]
+        for thread in closing:
+            thread.start()
         librdkafka.close()
         aiokafka.close()
+        for thread in closing:
+            thread.join(60)
+        for jmember in java:
+            jmember.stop()
+
+
+class JavaOwner:
+    def __init__(self, member: JavaMember) -> None:
+        self.member = member
+
+    @property
+    def owned(self) -> set[int]:
+        return set(self.member.partitions(TOPIC))
 
 
 def routing_owner(nodes: list[ServerProcess], group: str) -> int:
