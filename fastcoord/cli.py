@@ -14,17 +14,26 @@ from typing import Any
 from fastcoord import __version__
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _settings(args: argparse.Namespace, command: str) -> Any:
+    """The ServerConfig of the file and flags given, or None once the refusal is printed."""
     from fastcoord import config
-    from fastcoord.server.app import run
 
     overrides = {
         s.name: value for s in config.SETTINGS if (value := getattr(args, s.attr)) is not None
     }
     try:
-        cfg = config.load(args.config, overrides)
+        return config.load(args.config, overrides)
     except config.ConfigError as exc:
-        print(f"fastcoord serve: {exc}", file=sys.stderr)
+        print(f"fastcoord {command}: {exc}", file=sys.stderr)
+        return None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from fastcoord import config
+    from fastcoord.server.app import run
+
+    cfg = _settings(args, "serve")
+    if cfg is None:
         return 2
     if args.print_config:
         print(config.to_toml(cfg), end="")
@@ -113,13 +122,8 @@ def _cluster(args: argparse.Namespace) -> int:
     if args.node_id is not None or args.cluster is not None:
         print("fastcoord cluster: --node-id and --cluster are set for each node", file=sys.stderr)
         return 2
-    overrides = {
-        s.name: value for s in config.SETTINGS if (value := getattr(args, s.attr)) is not None
-    }
-    try:
-        cfg = config.load(args.config, overrides)
-    except config.ConfigError as exc:
-        print(f"fastcoord cluster: {exc}", file=sys.stderr)
+    cfg = _settings(args, "cluster")
+    if cfg is None:
         return 2
     serve_args = ["--config", args.config] if args.config else []
     for s in config.SETTINGS:

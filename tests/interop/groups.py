@@ -16,17 +16,14 @@ PARTITIONS = 12
 ALL = frozenset(range(PARTITIONS))
 
 
+# A server's settings for group tests: TOPIC declared, no initial rebalance delay.
+SERVER_ARGS = ("--group-initial-rebalance-delay-ms", "0", "--topic", f"{TOPIC}:{PARTITIONS}")
+
+
 @contextmanager
 def group_server(tmp_path: Path, *args: str) -> Iterator[ServerProcess]:
-    """A server with TOPIC declared and no initial rebalance delay (later flags win)."""
-    with fastcoord_server(
-        tmp_path,
-        "--group-initial-rebalance-delay-ms",
-        "0",
-        "--topic",
-        f"{TOPIC}:{PARTITIONS}",
-        *args,
-    ) as running:
+    """A server with SERVER_ARGS (later flags win)."""
+    with fastcoord_server(tmp_path, *SERVER_ARGS, *args) as running:
         yield running
 
 

@@ -26,7 +26,7 @@ from fastcoord.testing import ServerProcess, fastcoord_cluster
 from fastcoord.testing_java import JavaMember, start_member
 from tests.interop import groups
 from tests.interop.confluent_members import PolledMember, Poller, confluent
-from tests.interop.groups import PARTITIONS, TOPIC
+from tests.interop.groups import TOPIC
 from tests.interop.kafka_python_member import Member as KafkaPythonMember
 
 NODES = 3
@@ -47,10 +47,7 @@ def nodes(tmp_path: Path) -> Iterator[list[ServerProcess]]:
         tmp_path,
         NODES,
         "--in-memory",
-        "--group-initial-rebalance-delay-ms",
-        "0",
-        "--topic",
-        f"{TOPIC}:{PARTITIONS}",
+        *groups.SERVER_ARGS,
     ) as running:
         yield running
 

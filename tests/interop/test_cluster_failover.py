@@ -54,7 +54,7 @@ GROUPS_PER_NODE = 2
 MEMBERS = 2
 SESSION_TIMEOUT_MS = 10_000
 DOWN_S = 20
-NODE_ARGS = ("--group-initial-rebalance-delay-ms", "0", "--topic", f"{TOPIC}:{PARTITIONS}")
+NODE_ARGS = groups.SERVER_ARGS
 
 
 def owner(addresses: list[tuple[str, int]], group: str) -> int:

@@ -63,7 +63,7 @@ from fastcoord.protocol.messages import (
 )
 from fastcoord.protocol.versions import SERVED
 from fastcoord.testing import ServerProcess, fastcoord_cluster
-from tests.interop.groups import PARTITIONS, TOPIC
+from tests.interop.groups import PARTITIONS, SERVER_ARGS, TOPIC
 
 NODES = 3
 OFFSETS_PARTITIONS = 50
@@ -91,10 +91,7 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ServerProce
         tmp_path_factory.mktemp("cluster"),
         NODES,
         "--in-memory",
-        "--group-initial-rebalance-delay-ms",
-        "0",
-        "--topic",
-        f"{TOPIC}:{PARTITIONS}",
+        *SERVER_ARGS,
     ) as running:
         yield running
 
