@@ -259,6 +259,12 @@ def test_a_node_killed_is_restarted_by_hand_with_the_same_id_and_data(tmp_path: 
             return nodes[VICTIM].log()
 
         check_failover(addresses, admins, kill, restarted)
+        # Each node keeps the logs of its own partitions, and none of another's.
+        for i in range(NODES):
+            data = tmp_path / f"node-{i}" / "data"
+            kept = sorted(int(d.name.rsplit("-", 1)[1]) for d in data.glob("__consumer_offsets-*"))
+            assert kept, f"node {i} wrote nothing"  # a log is made at its first write
+            assert set(kept) <= {p for p in range(50) if p % NODES == i}, (i, kept)
     finally:
         for node in nodes:
             node.stop()
