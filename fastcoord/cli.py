@@ -410,8 +410,9 @@ def _add_loadtest(sub: Any) -> None:
     p.add_argument(
         "--admin",
         default=None,
-        metavar="HOST:PORT",
-        help="the server's admin port (fastcoord serve --admin-port), for --faults",
+        metavar="HOST:PORT[,...]",
+        help="the server's admin port (fastcoord serve --admin-port), for --faults; a "
+        "cluster's: every node's, comma-separated, and each fault goes to every node",
     )
     p.set_defaults(func=_loadtest)
 

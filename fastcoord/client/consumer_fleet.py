@@ -141,7 +141,7 @@ class ConsumerFleet(Fleet):
         what the member says to do next, for the caller to follow."""
         member = seat.member
         code = response.error_code
-        self.recorder.record(CONSUMER_GROUP_HEARTBEAT, latency_ns, code)
+        self.recorder.record(CONSUMER_GROUP_HEARTBEAT, latency_ns, code, seat.coordinator)
         if code != ErrorCode.NONE:
             self._error_row(CONSUMER_GROUP_HEARTBEAT, code, member)
         joining = member.state is State.JOINING
@@ -230,7 +230,7 @@ class ConsumerFleet(Fleet):
                     done, code = member.on_commit(response)
                 else:
                     done, code = committed(response)
-                self.recorder.record(OFFSET_COMMIT, latency_ns, code)
+                self.recorder.record(OFFSET_COMMIT, latency_ns, code, seat.coordinator)
                 self.recorder.commit(done)
                 if code:
                     self._error_row(OFFSET_COMMIT, code, member)
@@ -285,7 +285,8 @@ class ConsumerFleet(Fleet):
     def _fetch_offsets(self, seat: Seat[ConsumerMember]) -> None:
         member = seat.member
         request = member.fetch_offsets()
-        if request is None or seat.connection is None or seat.connection.closed:
+        connection = seat.connection
+        if request is None or connection is None or connection.closed:
             return
         self._fetching.add(seat)
 
@@ -294,10 +295,11 @@ class ConsumerFleet(Fleet):
             if response is None:
                 return
             assert isinstance(response, OffsetFetchResponse)
-            self.recorder.record(ApiKey.OFFSET_FETCH, latency_ns, response.error_code)
+            code = response.error_code
+            self.recorder.record(ApiKey.OFFSET_FETCH, latency_ns, code, connection.address)
             member.on_fetch(response)
 
-        seat.connection.send(request, on_answer)
+        connection.send(request, on_answer)
 
     def _commit_loop(self, seat: Seat[ConsumerMember]) -> None:
         """A commit every commit interval from a random point of the first, one record
@@ -376,7 +378,7 @@ class ConsumerFleet(Fleet):
             assert isinstance(response, OffsetCommitResponse)
             # Counted even when the member has moved on: the server stored what it stored.
             done, code = member.on_commit(response)
-            self.recorder.record(ApiKey.OFFSET_COMMIT, latency_ns, code)
+            self.recorder.record(ApiKey.OFFSET_COMMIT, latency_ns, code, connection.address)
             self.recorder.commit(done)
             if code:
                 self._error_row(ApiKey.OFFSET_COMMIT, code, member)
@@ -400,7 +402,8 @@ class ConsumerFleet(Fleet):
         def on_answer(response: Response | None, latency_ns: int) -> None:
             if isinstance(response, ConsumerGroupHeartbeatResponse):
                 code = response.error_code
-                self.recorder.record(CONSUMER_GROUP_HEARTBEAT, latency_ns, code)
+                node = connection.address
+                self.recorder.record(CONSUMER_GROUP_HEARTBEAT, latency_ns, code, node)
                 if code:
                     self._error_row(CONSUMER_GROUP_HEARTBEAT, code, member)
             member.on_leave()

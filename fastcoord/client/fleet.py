@@ -22,6 +22,13 @@ Each member sits in a Seat: its place in the fleet (its index, which fixes the c
 shares, index // members_per_connection, and its slot in that connection's lane) and its
 coordinator's connection. Everything measured goes to a Recorder: every answer's latency
 and error, each rebalance a member saw, each commit.
+
+Against a cluster, members whose groups have different coordinators cannot share a socket:
+connections are keyed by (coordinator, index // members_per_connection), so the members of
+one index share a connection per node, each in its own slot (index % members_per_connection,
+distinct within the index whatever the node). What is measured on a member's connection
+counts in its coordinator's share (the Recorder's per-node figures), and which node
+coordinates which group is noted as FindCoordinator answers.
 """
 
 from __future__ import annotations
@@ -92,16 +99,22 @@ HEARTBEAT = ApiKey.HEARTBEAT
 OFFSET_COMMIT = ApiKey.OFFSET_COMMIT
 
 
+Address = tuple[str, int]  # a broker's (host, port)
+
+
 class Recorder(Protocol):
-    """Where the fleet's measurements go (fastcoord.loadtest.stats.Recorder). The lanes
-    record plain successes in its sinks (lane.py's layout)."""
+    """Where the fleet's measurements go (fastcoord.loadtest.stats.Recorder). The lanes of
+    the connections to a node record plain successes in that node's sinks (lane.py's
+    layout); an answer recorded with a `node` counts in that node's share too."""
 
-    latency_sink: Any
-    commit_sink: Any
-
-    def record(self, api_key: int, latency_ns: int, error: int) -> None: ...
+    def sinks(self, node: Address | None = None) -> tuple[Any, Any]: ...
+    def node(self, address: Address, node_id: int) -> None: ...
+    def coordinator(self, group: str, address: Address) -> None: ...
+    def record(
+        self, api_key: int, latency_ns: int, error: int, node: Address | None = None
+    ) -> None: ...
     def latencies(self, api_key: int) -> list[int]: ...
-    def error_code(self, api_key: int, code: int) -> None: ...
+    def error_code(self, api_key: int, code: int, node: Address | None = None) -> None: ...
     def error(self, api_key: int, code: int, group: str, member: str, wall_ms: int) -> None: ...
     def error_row(self, api_key: int, code: int, group: str, member: str, wall_ms: int) -> None: ...
     def rebalance(
@@ -156,7 +169,7 @@ class Seat(Generic[M]):
     member: M
     slot: int  # in its connection's lane
     connection: Connection | None = None
-    coordinator: tuple[str, int] | None = None
+    coordinator: Address | None = None  # the node FindCoordinator named last
     retries: int = 0  # since it was last stable
     # Set until the member is started, and while the scenario has it down (crashed, or
     # restarting): no timers act, and the watchdog does not wait for it.
@@ -208,8 +221,10 @@ class Fleet:
         # When a list, members that have found their coordinator and connected wait here
         # instead of joining: a join storm releases them all at once.
         self.holding: list[Seat[Any]] | None = None
-        self._connections: dict[tuple[tuple[str, int], int], Connection] = {}
-        self._connecting: dict[tuple[tuple[str, int], int], list[Seat[Any]]] = {}
+        self._connections: dict[tuple[Address, int], Connection] = {}
+        self._connecting: dict[tuple[Address, int], list[Seat[Any]]] = {}
+        # The members' connections open to each node (the bootstrap's not among them).
+        self.node_connections: Counter[Address] = Counter()
         self._timers: dict[int, list[tuple[Seat[Any], int]]] = defaultdict(list)  # retries
         self._actions: dict[int, list[Callable[[], None]]] = defaultdict(list)
         self._tick = 0
@@ -261,15 +276,13 @@ class Fleet:
         )
         return max(1, min(FLUSH_MS, min(intervals) // 20) // TICK_MS)
 
-    async def _open(self, address: tuple[str, int], lane: bool = False) -> Connection:
-        """A connection to `address`; with `lane`, one for members, read by the poller."""
+    async def _open(self, address: Address, lane: bool = False) -> Connection:
+        """A connection to `address`; with `lane`, one for members, read by the poller,
+        whose lane records into the node's sinks."""
+        latency_sink, commit_sink = self.recorder.sinks(address if lane else None)
         connection = Connection(
             address,
-            make_lane(
-                self.config.members_per_connection if lane else 0,
-                self.recorder.latency_sink,
-                self.recorder.commit_sink,
-            ),
+            make_lane(self.config.members_per_connection if lane else 0, latency_sink, commit_sink),
             self._on_lane,
             wanted=self._wanted,
             poller=self._poller if lane else None,
@@ -301,6 +314,8 @@ class Fleet:
         assert isinstance(response, MetadataResponse)
         self.recorder.record(ApiKey.METADATA, latency_ns, 0)
         self.cluster_id = response.cluster_id
+        for broker in response.brokers:
+            self.recorder.node((broker.host, broker.port), broker.node_id)
         if not self.is_fastcoord():
             self._wanted = LIBRDKAFKA
         for topic in response.topics:
@@ -353,7 +368,10 @@ class Fleet:
             self.recorder.record(ApiKey.FIND_COORDINATOR, latency_ns, code)
             if code != ErrorCode.NONE:
                 return self._retry(seat, code, ApiKey.FIND_COORDINATOR)
-            seat.coordinator = (response.host, response.port)
+            coordinator = (response.host, response.port)
+            seat.coordinator = coordinator
+            self.recorder.node(coordinator, response.node_id)
+            self.recorder.coordinator(member.group_id, coordinator)
             self._connect(seat)
 
         if self._bootstrap.closed:
@@ -397,7 +415,7 @@ class Fleet:
         assert self._nursery is not None
         self._nursery.start_soon(self._open_for, key)
 
-    async def _open_for(self, key: tuple[tuple[str, int], int]) -> None:
+    async def _open_for(self, key: tuple[Address, int]) -> None:
         try:
             connection = await self._open(key[0], lane=True)
         except Exception as exc:  # OSError, a timeout, a bad answer: the seats retry
@@ -407,6 +425,7 @@ class Fleet:
             return
         self._progress()
         self._connections[key] = connection
+        self.node_connections[key[0]] += 1
         flushes = self._flushes[self._opened % len(self._flushes)]
         self._opened += 1
         flushes.append(connection)
@@ -418,10 +437,13 @@ class Fleet:
                 seat.connection = connection
                 self._connected(seat)
 
-    async def _run_connection(
-        self, key: tuple[tuple[str, int], int], connection: Connection
-    ) -> None:
-        await connection.run()
+    async def _run_connection(self, key: tuple[Address, int], connection: Connection) -> None:
+        try:
+            await connection.run()
+        finally:
+            self.node_connections[key[0]] -= 1
+            if self.node_connections[key[0]] <= 0:
+                del self.node_connections[key[0]]
         if self._connections.get(key) is connection:
             del self._connections[key]
         for flushes in self._flushes:
@@ -481,7 +503,9 @@ class Fleet:
             entry[0] = max(entry[0], time.time_ns())
 
         def joined(response: JoinGroupResponse, latency_ns: int) -> Next:
-            self.recorder.record(ApiKey.JOIN_GROUP, latency_ns, response.error_code)
+            self.recorder.record(
+                ApiKey.JOIN_GROUP, latency_ns, response.error_code, seat.coordinator
+            )
             if response.error_code == ErrorCode.NONE and self.storm is not None:
                 # The first answer with a generation: the rebalance delay is over.
                 entry = self.storm.get(member.group_id)
@@ -502,7 +526,7 @@ class Fleet:
 
         def synced(response: SyncGroupResponse, latency_ns: int) -> Next:
             code = response.error_code
-            self.recorder.record(ApiKey.SYNC_GROUP, latency_ns, code)
+            self.recorder.record(ApiKey.SYNC_GROUP, latency_ns, code, seat.coordinator)
             if code != ErrorCode.NONE:
                 self._error_row(ApiKey.SYNC_GROUP, code, member)
             outcome = member.on_sync(response, self.now_ms())
@@ -557,11 +581,12 @@ class Fleet:
             if response is None or member.epoch != epoch or seat.down:
                 return
             assert isinstance(response, OffsetFetchResponse)
-            self.recorder.record(ApiKey.OFFSET_FETCH, latency_ns, response.error_code)
+            node = seat.coordinator
+            self.recorder.record(ApiKey.OFFSET_FETCH, latency_ns, response.error_code, node)
             outcome = member.on_fetch(response, self.now_ms())
             if outcome is not Next.NOTHING:
                 if not response.error_code:  # a partition's error: not counted by record
-                    self.recorder.error_code(ApiKey.OFFSET_FETCH, member.last_error)
+                    self.recorder.error_code(ApiKey.OFFSET_FETCH, member.last_error, node)
                 self._error_row(ApiKey.OFFSET_FETCH, member.last_error, member)
                 return self._follow(seat, outcome, ApiKey.OFFSET_FETCH)
             if commit_due is not None:
@@ -609,7 +634,9 @@ class Fleet:
 
         def on_answer(response: Response | None, latency_ns: int) -> None:
             if isinstance(response, LeaveGroupResponse):
-                self.recorder.record(ApiKey.LEAVE_GROUP, latency_ns, response.error_code)
+                self.recorder.record(
+                    ApiKey.LEAVE_GROUP, latency_ns, response.error_code, connection.address
+                )
             member.on_leave()
             if then is not None:
                 then()
@@ -648,7 +675,9 @@ class Fleet:
         coordinator that moved or is loading)."""
         member = seat.member
         if code == ErrorCode.NETWORK_EXCEPTION:
-            self.recorder.error_code(api, code)
+            # A FindCoordinator lost is the bootstrap's, not a coordinator's.
+            node = None if api == ApiKey.FIND_COORDINATOR else seat.coordinator
+            self.recorder.error_code(api, code, node)
         if member.state is State.STABLE:
             member.rebalance_started_ms = self.now_ms()
             member.rebalance_reason = _name(code)
@@ -692,7 +721,7 @@ class Fleet:
                 if code == ErrorCode.NETWORK_EXCEPTION:
                     self._retry(seat, code, HEARTBEAT)
                     continue
-                self.recorder.record(HEARTBEAT, latency_ns, code)
+                self.recorder.record(HEARTBEAT, latency_ns, code, seat.coordinator)
                 if code == ErrorCode.NONE:
                     continue
                 self._error_row(HEARTBEAT, code, member)
@@ -701,7 +730,7 @@ class Fleet:
             assert isinstance(response, OffsetCommitResponse)
             # Counted even when the member has moved on (left, say): the server stored it.
             done, code = committed(response)
-            self.recorder.record(OFFSET_COMMIT, latency_ns, code)
+            self.recorder.record(OFFSET_COMMIT, latency_ns, code, seat.coordinator)
             self.recorder.commit(done)
             if code:
                 self._error_row(OFFSET_COMMIT, code, member)

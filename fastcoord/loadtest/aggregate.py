@@ -6,6 +6,11 @@ per-second rows (latency, states) are merged over the workers and written once, 
 worker has reported it or when the newest second is 3 s past it, whichever comes first; what
 arrives later still counts in the run's totals (summary.json) but not in those rows. Event
 rows (errors, rebalances) need no merging and are written as they come.
+
+Against a cluster, each coordinator node's share (its groups, its members' connections,
+what they had answered) is kept beside the whole: workers send each node's counts every
+second, and which node coordinates which group only when that changes, so the groups are
+counted here, once per group however many workers hold its members.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from fastcoord.loadtest.summary import PERCENTILES, Thresholds, Totals, summariz
 from fastcoord.protocol.api_keys import api_name
 from fastcoord.protocol.errors import error_name
 
-__all__ = ["Aggregator", "ApiView", "Snapshot", "Thresholds"]
+__all__ = ["Aggregator", "ApiView", "NodeView", "Snapshot", "Thresholds"]
 
 # How far the newest second may run ahead before an incomplete one is written without the
 # workers that have not reported it.
@@ -45,6 +50,18 @@ class ApiView:
     p50_ms: float
     p99_ms: float
     p99_9_ms: float
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One coordinator node in the newest merged second (groups: the run's so far)."""
+
+    address: str  # HOST:PORT
+    node_id: int | None
+    groups: int
+    connections: int
+    requests: int
+    errors: dict[str, int]  # error name -> count
 
 
 @dataclass(frozen=True)
@@ -67,6 +84,14 @@ class Snapshot:
     unexpected_rebalances: int
     unexpected_expirations: int
     commits: int
+    nodes: list[NodeView] = field(default_factory=list)  # in id order
+
+
+@dataclass
+class _MergedNode:
+    requests: int = 0
+    errors: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))
+    connections: int = 0
 
 
 @dataclass
@@ -83,6 +108,7 @@ class _Merged:
     states: dict[str, int] = field(default_factory=dict)
     connections: int = 0
     cpu_s: float = 0.0
+    nodes: dict[str, _MergedNode] = field(default_factory=dict)
 
 
 def _merge(elapsed_s: int, seconds: list[Second]) -> _Merged:
@@ -100,6 +126,15 @@ def _merge(elapsed_s: int, seconds: list[Second]) -> _Merged:
             merged.states[state] = merged.states.get(state, 0) + n
         merged.connections += s.connections
         merged.cpu_s += s.cpu_s
+        for share in s.nodes:
+            node = merged.nodes.get(share.address)
+            if node is None:
+                node = merged.nodes[share.address] = _MergedNode()
+            node.requests += sum(share.requests.values())
+            for codes in share.errors.values():
+                for code, count in codes.items():
+                    node.errors[code] += count
+            node.connections += share.connections
     return merged
 
 
@@ -163,6 +198,18 @@ class Aggregator:
         start = s.wall_ms - s.elapsed_s * 1000
         t.started_ms = start if t.started_ms is None else min(t.started_ms, start)
         t.ended_ms = s.wall_ms if t.ended_ms is None else max(t.ended_ms, s.wall_ms)
+        for share in s.nodes:
+            node = t.node(share.address)
+            for api_key, count in share.requests.items():
+                node.requests[api_key] += count
+            for api_key, codes in share.errors.items():
+                for code, count in codes.items():
+                    node.errors[api_key][code] += count
+        for address, node_id in s.node_ids.items():
+            t.node_ids[address] = node_id
+            t.node(address)  # a node the cluster lists, though nothing went to it yet
+        for group, address in s.groups.items():
+            t.coordinated(group, address)
         if self.results is not None:
             self._rows["errors"] += s.error_rows
             self._rows["rebalances"] += s.rebalances
@@ -171,6 +218,9 @@ class Aggregator:
         m = _merge(elapsed_s, self._pending.pop(elapsed_s))
         self._written.add(elapsed_s)
         self.totals.peak_stable = max(self.totals.peak_stable, m.states.get("stable", 0))
+        for address, merged in m.nodes.items():
+            node = self.totals.node(address)
+            node.peak_connections = max(node.peak_connections, merged.connections)
         if self._last is None or elapsed_s > self._last.elapsed_s:
             self._last = m
         if self.results is None:
@@ -221,6 +271,19 @@ class Aggregator:
             )
         duration = self.config.get("duration_s")
         target = self.config.get("members")
+        nodes = []
+        for address in t.node_order():
+            merged = m.nodes.get(address, _MergedNode())
+            nodes.append(
+                NodeView(
+                    address,
+                    t.node_ids.get(address),
+                    t.nodes[address].groups,
+                    merged.connections,
+                    merged.requests,
+                    {error_name(c): n for c, n in sorted(merged.errors.items())},
+                )
+            )
         return Snapshot(
             elapsed_s=m.elapsed_s,
             duration_s=float(duration) if isinstance(duration, int | float) else None,
@@ -238,6 +301,7 @@ class Aggregator:
             unexpected_rebalances=t.unexpected_rebalances,
             unexpected_expirations=t.unexpected_expirations,
             commits=t.commits,
+            nodes=nodes,
         )
 
     def summary(

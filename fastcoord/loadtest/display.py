@@ -3,7 +3,9 @@
 On a terminal the live view (rich) is redrawn at every update; elsewhere (a CI log, a file)
 one plain line every 5 s says the same in brief, so that a log stays readable. The figures
 are the newest second that every worker reported (aggregate.py), so the view runs a second
-or so behind the workers.
+or so behind the workers. Against a cluster of two nodes or more, both views and the end's
+table show each coordinator node's share too; against a lone server that would only repeat
+the totals, so it is left out.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from fastcoord.loadtest.aggregate import Snapshot
+from fastcoord.loadtest.aggregate import NodeView, Snapshot
 
 PLAIN_EVERY_S = 5.0
 
@@ -50,6 +52,27 @@ def _members(snapshot: Snapshot) -> str:
     return f"members{target}: {states}"
 
 
+def node_name(address: str, node_id: int | None) -> str:
+    return f"{node_id}@{address}" if node_id is not None else address
+
+
+def _nodes_table(nodes: list[NodeView]) -> Table:
+    table = Table(title="coordinator nodes", title_justify="left", expand=False)
+    table.add_column("node")
+    for name in ("groups", "connections", "requests/s"):
+        table.add_column(name, justify="right")
+    table.add_column("errors")
+    for node in nodes:
+        table.add_row(
+            node_name(node.address, node.node_id),
+            f"{node.groups:,}",
+            f"{node.connections:,}",
+            f"{node.requests:,}",
+            fmt_errors(node.errors),
+        )
+    return table
+
+
 def render(snapshot: Snapshot) -> RenderableType:
     """The live view of one snapshot."""
     head = Text.assemble(
@@ -78,18 +101,28 @@ def render(snapshot: Snapshot) -> RenderableType:
         f"({snapshot.unexpected_rebalances:,} unexpected); unexpected expirations "
         f"{snapshot.unexpected_expirations:,}; commits {snapshot.commits:,}"
     )
-    return Group(head, Text(_members(snapshot)), apis, totals)
+    if len(snapshot.nodes) < 2:
+        return Group(head, Text(_members(snapshot)), apis, totals)
+    return Group(head, Text(_members(snapshot)), apis, _nodes_table(snapshot.nodes), totals)
 
 
 def plain_line(snapshot: Snapshot) -> str:
     """The live view in one line, for output that is not a terminal."""
     rates = sum(v.requests for v in snapshot.apis.values())
     p99 = " ".join(f"{name} {fmt_ms(v.p99_ms)}" for name, v in snapshot.apis.items())
-    return (
+    line = (
         f"{_clock(snapshot)} | {_members(snapshot)} | {rates:,} requests/s | "
         f"p99 ms: {p99 or '-'} | errors: {fmt_errors(snapshot.errors)} | "
         f"CPU {snapshot.cpu_s * 100:.0f}% | workers {snapshot.reporting}/{snapshot.workers}"
     )
+    if len(snapshot.nodes) < 2:
+        return line
+    nodes = ", ".join(
+        f"{node_name(n.address, n.node_id)} {n.groups:,} groups {n.connections:,} connections "
+        f"{n.requests:,}/s"
+        for n in snapshot.nodes
+    )
+    return f"{line} | nodes: {nodes}"
 
 
 class LiveDisplay:
@@ -139,19 +172,40 @@ class LiveDisplay:
 
 
 def _fault_head(fault: Mapping[str, Any]) -> str:
-    """A fault in a line: when it was due, what it was, and what became of it."""
+    """A fault in a line: when it was due, what it was, and what became of it (on some
+    nodes of a cluster, it may have been added and not on others)."""
     name = f"#{fault['id']} " if fault["id"] is not None else ""
     head = f"fault {name}at {fault['at_ms'] / 1000:g} s: {fault['description']}"
-    if fault["apply_error"]:
-        return f"{head}; {fault['apply_error']}"
     window = fault["window"]
+    if window is None:
+        return f"{head}; {fault['apply_error'] or 'not added'}"
     injected = f"{fault['injected']:,}" if fault["injected"] is not None else "?"
     state = f" ({fault['state']})" if fault["state"] else ""
+    nodes = fault.get("nodes") or []
+    where = f" on {len(nodes)} nodes" if len(nodes) > 1 else ""
     head += (
-        f"; in force {window['start_ms'] / 1000:.1f}-{window['end_ms'] / 1000:.1f} s, "
+        f"; in force{where} {window['start_ms'] / 1000:.1f}-{window['end_ms'] / 1000:.1f} s, "
         f"injected {injected}{state}"
     )
-    return f"{head}; {fault['end_error']}" if fault["end_error"] else head
+    for error in (fault["apply_error"], fault["end_error"]):
+        if error:
+            head += f"; {error}"
+    return head
+
+
+def _fault_nodes(fault: Mapping[str, Any]) -> str | None:
+    """Against a cluster, what each node injected of the fault, in a line."""
+    nodes = fault.get("nodes") or []
+    if len(nodes) < 2:
+        return None
+    parts = []
+    for node in nodes:
+        if node["id"] is None:
+            parts.append(f"{node['admin']} not added")
+            continue
+        injected = f"{node['injected']:,}" if node["injected"] is not None else "?"
+        parts.append(f"{node['admin']} #{node['id']} injected {injected}")
+    return "  per node: " + ", ".join(parts)
 
 
 def faults_report(faults: list[Mapping[str, Any]]) -> RenderableType:
@@ -160,6 +214,9 @@ def faults_report(faults: list[Mapping[str, Any]]) -> RenderableType:
     parts: list[RenderableType] = []
     for fault in faults:
         parts.append(Text(_fault_head(fault)))
+        per_node = _fault_nodes(fault)
+        if per_node is not None:
+            parts.append(Text(per_node))
         if not fault["effect"]:
             continue
         table = Table(expand=False)
@@ -183,6 +240,26 @@ def faults_report(faults: list[Mapping[str, Any]]) -> RenderableType:
                 )
         parts.append(table)
     return Group(*parts)
+
+
+def nodes_report(nodes: Mapping[str, Mapping[str, Any]]) -> RenderableType:
+    """Each coordinator node's share of the run (summary.json's `nodes`)."""
+    table = Table(title="coordinator nodes", title_justify="left", expand=False)
+    table.add_column("node")
+    for name in ("groups", "connections", "requests", "requests/s"):
+        table.add_column(name, justify="right")
+    table.add_column("errors")
+    for address, node in nodes.items():
+        rate = node["requests_per_s"]
+        table.add_row(
+            node_name(address, node["node_id"]),
+            f"{node['groups']:,}",
+            f"{node['connections']:,}",
+            f"{node['requests']:,}",
+            f"{rate:,.0f}" if rate is not None else "-",
+            fmt_errors(node["errors"]),
+        )
+    return table
 
 
 def print_summary(summary: Mapping[str, Any], console: Console) -> None:
@@ -254,6 +331,9 @@ def print_summary(summary: Mapping[str, Any], console: Console) -> None:
     ]
     for line in lines:
         console.print(line, highlight=False, markup=False)
+    nodes = summary.get("nodes") or {}
+    if len(nodes) >= 2:
+        console.print(nodes_report(nodes))
     if summary.get("faults"):
         console.print(faults_report(summary["faults"]))
     verdict = summary["verdict"]

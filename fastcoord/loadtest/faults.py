@@ -1,4 +1,4 @@
-"""`fastcoord loadtest --faults FILE --admin HOST:PORT`: faults on a schedule, and their effect.
+"""`fastcoord loadtest --faults FILE --admin HOST:PORT,...`: faults on a schedule, and their effect.
 
 A schedule is TOML: `[[fault]]` tables, each a fault rule (fastcoord/faults.py) and the
 `at_ms` after the run's start when the rule is added through the server's admin API. The
@@ -8,6 +8,11 @@ reading the workers' pipes, and a slow admin port must not stall them. At the en
 fault's injected count and state are read, the faults this run added (and no others) are
 deleted, and each fault's window is set against the rest of the run: the workers'
 per-second figures for the APIs it touches, inside the window beside outside every window.
+
+A cluster's nodes each hold their own rules and answer only for their own groups, so
+against a cluster --admin lists every node's admin port and each rule is added to every
+node at once (a thread per node: one slow admin port must not delay the rule elsewhere);
+its injected count is the nodes' sum, and what became of it on each node is kept beside.
 """
 
 from __future__ import annotations
@@ -16,15 +21,16 @@ import threading
 import time
 import tomllib
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from fastcoord.client.admin import AdminClient, AdminError
+from fastcoord.client.admin import AdminClient, AdminError, parse_address
 from fastcoord.faults import FaultError, FaultRule, compile_rule, parse_api, parse_rule
 from fastcoord.loadtest.histogram import Histogram
 from fastcoord.loadtest.stats import ApiSecond, Second
@@ -122,33 +128,51 @@ def load_schedule(path: Path, duration_s: float | None = None) -> list[Scheduled
 def prepare(
     path: Path | None, admin: str | None, duration_s: float, timeout_s: float = ADMIN_TIMEOUT_S
 ) -> FaultRun | None:
-    """The run's faults, checked: the schedule read and the admin port asked once. None
-    without --faults; ScheduleError when the run must not start."""
+    """The run's faults, checked: the schedule read and each admin port of `admin`
+    (HOST:PORT, or a cluster's HOST:PORT,HOST:PORT,...) asked once. None without --faults;
+    ScheduleError when the run must not start."""
     if path is None:
         return None
     if admin is None:
         raise ScheduleError(
             "--faults needs --admin HOST:PORT, the server's admin port (fastcoord serve "
-            "--admin-port)"
+            "--admin-port; a cluster's: HOST:PORT,HOST:PORT,..., every node's)"
         )
     schedule = load_schedule(path, duration_s)
-    try:
-        client = AdminClient(admin, timeout_s)
-    except ValueError:
-        raise ScheduleError(f"--admin {admin!r}: expected HOST:PORT") from None
-    try:
-        client.faults()
-    except AdminError as exc:
-        raise ScheduleError(
-            f"the admin port {admin} answered GET /v1/faults with {exc.status} ({exc.message}): "
-            "is --admin the address of fastcoord serve --admin-port?"
-        ) from None
-    except OSError as exc:
-        raise ScheduleError(
-            f"cannot reach the admin port {admin} ({_reason(exc)}): is the server running "
-            "with --admin-port, and is --admin its address?"
-        ) from None
-    return FaultRun(schedule, client)
+    clients = [AdminClient(address, timeout_s) for address in admin_addresses(admin)]
+    for client in clients:
+        address = client.address
+        try:
+            client.faults()
+        except AdminError as exc:
+            raise ScheduleError(
+                f"the admin port {address} answered GET /v1/faults with {exc.status} "
+                f"({exc.message}): is --admin the address of fastcoord serve --admin-port?"
+            ) from None
+        except OSError as exc:
+            raise ScheduleError(
+                f"cannot reach the admin port {address} ({_reason(exc)}): is the server running "
+                "with --admin-port, and is --admin its address?"
+            ) from None
+    return FaultRun(schedule, clients)
+
+
+def admin_addresses(admin: str) -> list[str]:
+    """--admin's addresses, one per node: HOST:PORT[,HOST:PORT...]. ScheduleError for one
+    that is not HOST:PORT, or one given twice (its node would get every rule twice)."""
+    addresses: list[str] = []
+    seen: set[tuple[str, int]] = set()
+    for text in admin.split(","):
+        address = text.strip()
+        try:
+            parsed = parse_address(address)
+        except ValueError:
+            raise ScheduleError(f"--admin {address!r}: expected HOST:PORT") from None
+        if parsed in seen:
+            raise ScheduleError(f"--admin: {address} is given twice")
+        seen.add(parsed)
+        addresses.append(address)
+    return addresses
 
 
 def _reason(exc: BaseException) -> str:
@@ -162,17 +186,67 @@ def _reason(exc: BaseException) -> str:
 
 
 @dataclass
-class Applied:
-    """What became of one scheduled fault. Times are ms since the run's start."""
+class OnNode:
+    """What became of one scheduled fault on one node, through its admin port."""
 
-    scheduled: Scheduled
+    admin: str  # HOST:PORT
     fault_id: int | None = None
     description: str | None = None
-    applied_ms: int | None = None  # our clock's estimate of when the server added it
-    apply_error: str | None = None  # why it was not added
+    sent: float | None = None  # time.time() when the POST was sent, and when answered
+    answered: float | None = None
+    apply_error: str | None = None
     injected: int | None = None
     state: str | None = None
+    end_error: str | None = None
+
+
+@dataclass
+class Applied:
+    """What became of one scheduled fault, over every node (`nodes`, one per admin port;
+    `combine` sets the rest from them). Times are ms since the run's start."""
+
+    scheduled: Scheduled
+    fault_id: int | None = None  # the id every node gave it (None: not added, or ids differ)
+    description: str | None = None
+    applied_ms: int | None = None  # our clock's estimate of when the servers added it
+    apply_error: str | None = None  # why it was not added (on some node, with several)
+    injected: int | None = None  # the nodes' sum
+    state: str | None = None
     end_error: str | None = None  # what went wrong reading or deleting it at the end
+    nodes: list[OnNode] = field(default_factory=list)
+
+    def combine(self, started: float) -> None:
+        """The fault's view over its nodes; `started` is the run's start (time.time())."""
+        nodes = self.nodes
+        added = [n for n in nodes if n.fault_id is not None]
+        ids = {n.fault_id for n in added}
+        self.fault_id = ids.pop() if len(ids) == 1 and len(added) == len(nodes) else None
+        self.description = next((n.description for n in added if n.description), None)
+        sent = [n.sent for n in added if n.sent is not None]
+        answered = [n.answered for n in added if n.answered is not None]
+        self.applied_ms = None
+        if sent and answered:
+            # The servers added it between our first request and the last answer: the
+            # middle is our clock's best estimate, and the windows are set against our
+            # seconds.
+            self.applied_ms = round(((min(sent) + max(answered)) / 2 - started) * 1000)
+        self.apply_error = _per_node(nodes, [n.apply_error for n in nodes])
+        counts = [n.injected for n in added if n.injected is not None]
+        self.injected = sum(counts) if counts else None
+        states = [n.state for n in added]
+        if len({s for s in states if s is not None}) > 1:
+            self.state = ", ".join(f"{n.admin} {n.state or '?'}" for n in added)
+        else:
+            self.state = next((s for s in states if s is not None), None)
+        self.end_error = _per_node(nodes, [n.end_error for n in nodes])
+
+
+def _per_node(nodes: list[OnNode], errors: list[str | None]) -> str | None:
+    """One node's error as it is; several nodes' each after its admin port."""
+    if len(nodes) == 1:
+        return errors[0]
+    said = [f"{n.admin}: {e}" for n, e in zip(nodes, errors, strict=True) if e]
+    return "; ".join(said) or None
 
 
 class PerSecond:
@@ -285,6 +359,17 @@ def effects(applied: list[Applied], per_second: PerSecond) -> list[dict[str, Any
             "injected": a.injected,
             "state": a.state,
             "end_error": a.end_error,
+            "nodes": [
+                {
+                    "admin": n.admin,
+                    "id": n.fault_id,
+                    "apply_error": n.apply_error,
+                    "injected": n.injected,
+                    "state": n.state,
+                    "end_error": n.end_error,
+                }
+                for n in a.nodes
+            ],
             "window": None,
             "effect": None,
         }
@@ -311,20 +396,33 @@ def effects(applied: list[Applied], per_second: PerSecond) -> list[dict[str, Any
 
 class FaultRun:
     """A run's faults: `start` when the run starts, `record` each worker second, `stop`
-    when the workers are done, then `finish` for the summary's section."""
+    when the workers are done, then `finish` for the summary's section. `clients`: the
+    admin port of each node the faults are added to."""
 
-    def __init__(self, schedule: list[Scheduled], client: AdminClient) -> None:
-        self.client = client
-        self.applied = [Applied(s) for s in schedule]
+    def __init__(
+        self, schedule: list[Scheduled], clients: AdminClient | Sequence[AdminClient]
+    ) -> None:
+        self.clients = [clients] if isinstance(clients, AdminClient) else list(clients)
+        self.applied = [
+            Applied(s, nodes=[OnNode(c.address) for c in self.clients]) for s in schedule
+        ]
         self.per_second = PerSecond()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
         self._started = 0.0
+
+    @property
+    def client(self) -> AdminClient:
+        """The first node's admin port (the only one against a lone server)."""
+        return self.clients[0]
 
     def start(self, started: float) -> None:
         """Add each fault at `started` (time.time()) plus its at_ms, from a thread."""
         self._started = started
+        if len(self.clients) > 1:
+            self._pool = ThreadPoolExecutor(len(self.clients), thread_name_prefix="loadtest-fault")
         self._thread = threading.Thread(target=self._apply_all, name="loadtest-faults", daemon=True)
         self._thread.start()
 
@@ -339,70 +437,91 @@ class FaultRun:
             self._apply(a)
 
     def _apply(self, a: Applied) -> None:
+        """Add the fault on every node, all at once."""
+        rule = a.scheduled.rule_json()
+        if self._pool is None:
+            self._apply_on(self.clients[0], a.nodes[0], rule)
+        else:
+            list(self._pool.map(self._apply_on, self.clients, a.nodes, [rule] * len(a.nodes)))
+        with self._lock:
+            a.combine(self._started)
+
+    def _apply_on(self, client: AdminClient, node: OnNode, rule: dict[str, Any]) -> None:
         sent = time.time()
         try:
-            view = self.client.add_fault(a.scheduled.rule_json())
+            view = client.add_fault(rule)
             fault_id = view.get("id")
             if not isinstance(fault_id, int):
                 raise AdminError(201, f"an answer without the fault's id: {view!r}")
         except Exception as exc:  # whatever it was, the run goes on and the summary says so
             with self._lock:
-                a.apply_error = f"not added: {_reason(exc)}"
+                node.apply_error = f"not added: {_reason(exc)}"
             return
         answered = time.time()
         description = view.get("description")
         if isinstance(description, str):
             description = description.removeprefix(f"#{fault_id} ")  # the id has its key
         with self._lock:
-            a.fault_id = fault_id
-            # The server added it between our request and its answer: the middle is our
-            # clock's best estimate, and the windows are set against our seconds.
-            a.applied_ms = round(((sent + answered) / 2 - self._started) * 1000)
-            a.description = description if isinstance(description, str) else None
+            node.fault_id = fault_id
+            node.sent, node.answered = sent, answered
+            node.description = description if isinstance(description, str) else None
 
     def stop(self) -> None:
         """No more faults are added (a request under way is waited for, up to its timeout)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.client.timeout_s * 2 + 1)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
         with self._lock:
             for a in self.applied:
-                if a.fault_id is None and a.apply_error is None:
-                    a.apply_error = "not added: the run ended first"
+                for node in a.nodes:
+                    if node.fault_id is None and node.apply_error is None:
+                        node.apply_error = "not added: the run ended first"
+                a.combine(self._started)
 
     def finish(self) -> list[dict[str, Any]]:
-        """Read the faults' counts, delete the ones this run added, and the summary's
-        section. Never raises for the server's sake: what failed is in the section."""
+        """Read the faults' counts on every node, delete the ones this run added, and the
+        summary's section. Never raises for the servers' sake: what failed is in it."""
         self.stop()
+        for i, client in enumerate(self.clients):
+            with self._lock:
+                ours = [a.nodes[i] for a in self.applied if a.nodes[i].fault_id is not None]
+            if ours:
+                self._finish_on(client, ours)
         with self._lock:
-            ours = [a for a in self.applied if a.fault_id is not None]
-        client = AdminClient(self.client.address, max(self.client.timeout_s, END_TIMEOUT_S))
+            for a in self.applied:
+                a.combine(self._started)
+        return effects(self.applied, self.per_second)
+
+    def _finish_on(self, client: AdminClient, ours: list[OnNode]) -> None:
+        """One node's counts read, and the faults this run added there deleted."""
+        client = AdminClient(client.address, max(client.timeout_s, END_TIMEOUT_S))
         reachable = True
         try:
             views = {v.get("id"): v for v in client.faults() if isinstance(v, dict)}
         except Exception as exc:  # a server that died ended the run: say so, and go on
             reachable = not isinstance(exc, OSError)
             views = {}
-            for a in ours:
-                a.end_error = f"could not read its count: {_reason(exc)}"
-        for a in ours:
-            view = views.get(a.fault_id)
+            for node in ours:
+                node.end_error = f"could not read its count: {_reason(exc)}"
+        for node in ours:
+            view = views.get(node.fault_id)
             if view is not None:
                 injected, state = view.get("injected"), view.get("state")
-                a.injected = injected if isinstance(injected, int) else None
-                a.state = state if isinstance(state, str) else None
-            elif reachable and a.end_error is None:
-                a.end_error = "gone from the server before the run's end"
+                node.injected = injected if isinstance(injected, int) else None
+                node.state = state if isinstance(state, str) else None
+            elif reachable and node.end_error is None:
+                node.end_error = "gone from the server before the run's end"
                 continue
             if not reachable:
                 continue
-            assert a.fault_id is not None
+            assert node.fault_id is not None
             try:
-                client.delete_fault(a.fault_id)
+                client.delete_fault(node.fault_id)
             except AdminError as exc:
                 if exc.status != 404:  # deleted by someone else meanwhile: nothing to do
-                    a.end_error = f"could not delete it: {_reason(exc)}"
+                    node.end_error = f"could not delete it: {_reason(exc)}"
             except Exception as exc:
-                a.end_error = f"could not delete it: {_reason(exc)}"
+                node.end_error = f"could not delete it: {_reason(exc)}"
                 reachable = not isinstance(exc, OSError)  # the rest would fail the same way
-        return effects(self.applied, self.per_second)

@@ -8,6 +8,12 @@ seconds into the live display and the results under --out, and ends with the sum
 an exit status: 0 passed, 1 a threshold was exceeded, 2 the run could not start, 3 it was
 cut short (the server died or stalled, a worker failed), 130 interrupted. Whatever was
 measured before an end of any kind is kept.
+
+Against a cluster the bootstrap is one node, asked for Metadata (the probe's and each
+worker's) and FindCoordinator; each member then connects to its group's coordinator, so the
+members of one connection index whose groups live on different nodes open one connection
+per node, which the open-file check counts once it knows how many nodes there are. With
+--admin listing every node's admin port, the faults go to every node.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import cast
 
+import numpy as np
 import trio
 from rich.console import Console
 
@@ -68,7 +75,9 @@ class Options:
     max_error_rate: float | None
     max_p99_ms: float | None
     faults: Path | None = None  # a schedule of faults (loadtest/faults.py)
-    admin: str | None = None  # the server's admin port, HOST:PORT, that adds them
+    # The server's admin port, HOST:PORT, that adds them; a cluster's, one per node,
+    # HOST:PORT,HOST:PORT,...
+    admin: str | None = None
     group_protocol: str = "classic"  # or "consumer": Kafka's consumer group protocol (KIP-848)
 
 
@@ -84,31 +93,64 @@ def parse_bootstrap(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def check_file_limit(o: Options) -> None:
-    """Refuse a run whose workers would run out of file descriptors midway."""
+def connections_per_worker(o: Options, nodes: int = 1) -> list[int]:
+    """The most connections each worker opens to coordinators: one per members_per_connection
+    of its members (in the order it adds them), and against `nodes` nodes one per node among
+    the groups of those members, which may each have another coordinator."""
+    counts = []
+    for n in range(o.processes):
+        indexes = np.arange(n, o.members, o.processes, dtype=np.int64)
+        if nodes == 1 or o.members_per_connection == 1:
+            counts.append(-(-len(indexes) // o.members_per_connection))
+            continue
+        # plan.group_of's rule: a group's members are consecutive, so the groups of the
+        # members of one connection are the span from its first member's to its last's.
+        groups = indexes * o.groups // max(o.members, 1)
+        firsts = groups[:: o.members_per_connection]
+        lasts = groups[o.members_per_connection - 1 :: o.members_per_connection]
+        if len(lasts) < len(firsts):
+            lasts = np.append(lasts, groups[-1])
+        counts.append(int(np.minimum(lasts - firsts + 1, nodes).sum()))
+    return counts
+
+
+def check_file_limit(o: Options, nodes: int = 1) -> None:
+    """Refuse a run whose workers would run out of file descriptors midway; `nodes` is the
+    cluster's size (the coordinators the members' connections may go to)."""
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY:
         return
-    per_worker = math.ceil(math.ceil(o.members / o.processes) / o.members_per_connection) + 1
+    counts = connections_per_worker(o, nodes)
+    per_worker = max(counts) + 1  # and the bootstrap's
     allowed = hard - FILES_KEPT
     if per_worker <= allowed:
         return
-    processes = math.ceil(o.members / o.members_per_connection / (allowed - 1))
+    processes = math.ceil(sum(counts) / (allowed - 1))
     sharing = math.ceil(math.ceil(o.members / o.processes) / (allowed - 1))
+    cluster = f" (to their groups' coordinators among {nodes} nodes)" if nodes > 1 else ""
     raise CannotStart(
-        f"{o.members} members at {o.members_per_connection} per connection need {per_worker} "
-        f"connections in each of {o.processes} worker process(es), but a process may open "
-        f"{hard} files here ({allowed} for connections): use --processes {processes}, or "
-        f"--members-per-connection {sharing} against fastcoord (the server must accept that "
-        "many connections too)"
+        f"{o.members} members at {o.members_per_connection} per connection need "
+        f"{per_worker} connections{cluster} in each of {o.processes} worker process(es), but a "
+        f"process may open {hard} files here ({allowed} for connections): use --processes "
+        f"{processes}, or --members-per-connection {sharing} against fastcoord (the server "
+        "must accept that many connections too)"
     )
+
+
+@dataclass(frozen=True)
+class Server:
+    """What the probe learnt of the server."""
+
+    fastcoord: bool
+    nodes: int  # the brokers its Metadata lists: a cluster's nodes, 1 for a lone server
 
 
 async def _probe(
     address: tuple[str, int], timeout_s: float, wanted: dict[int, int] | None = None
-) -> tuple[str | None, dict[int, int]]:
-    """The broker's cluster id, from a Metadata request on a fresh connection, and the
-    versions of `wanted` (default: the classic members') it serves."""
+) -> tuple[str | None, dict[int, int], int]:
+    """The broker's cluster id, from a Metadata request on a fresh connection, the
+    versions of `wanted` (default: the classic members') it serves, and how many brokers
+    the cluster has."""
     connection = Connection(address, wanted=wanted)
     await connection.open(timeout_s)
     async with trio.open_nursery() as nursery:
@@ -117,14 +159,15 @@ async def _probe(
         response, _ = await connection.ask(request, timeout_s)
         connection.close()
     assert isinstance(response, MetadataResponse)
-    return response.cluster_id, connection.versions
+    return response.cluster_id, connection.versions, max(1, len(response.brokers))
 
 
-def probe(o: Options, address: tuple[str, int]) -> bool:
-    """Whether the server is fastcoord; CannotStart when it cannot be reached."""
+def probe(o: Options, address: tuple[str, int]) -> Server:
+    """Whether the server is fastcoord, and its cluster's size; CannotStart when it cannot
+    be reached."""
     consumer = o.group_protocol == "consumer"
     try:
-        cluster_id, versions = trio.run(
+        cluster_id, versions, nodes = trio.run(
             _probe, address, 10.0, CONSUMER_WANTED if consumer else None
         )
     except Exception as exc:
@@ -149,7 +192,7 @@ def probe(o: Options, address: tuple[str, int]) -> bool:
             "connection while a JoinGroup on it waits, so members sharing it would wait on each "
             "other for ever. Use --members-per-connection 1 (and --processes for more members)."
         )
-    return fastcoord
+    return Server(fastcoord, nodes)
 
 
 def plan_of(o: Options) -> scenarios.Plan:
@@ -194,13 +237,16 @@ def run(o: Options, console: Console | None = None) -> int:
         address = parse_bootstrap(o.bootstrap)
         check_file_limit(o)
         fault_run = faults.prepare(o.faults, o.admin, o.duration_s)
-        server_is_fastcoord = probe(o, address)
+        server = probe(o, address)
+        if server.nodes > 1:
+            check_file_limit(o, server.nodes)
     except (CannotStart, faults.ScheduleError) as exc:
         console.print(f"fastcoord loadtest: {exc}", markup=False, highlight=False, soft_wrap=True)
         return CANNOT_START
     o.out.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(o).items()}
-    config["server_is_fastcoord"] = server_is_fastcoord
+    config["server_is_fastcoord"] = server.fastcoord
+    config["server_nodes"] = server.nodes
     aggregator = Aggregator(o.out, config, o.processes, Thresholds(o.max_error_rate, o.max_p99_ms))
     outcome, message = _drive(o, address, aggregator, console, fault_run)
     summary = aggregator.finish(outcome, message)

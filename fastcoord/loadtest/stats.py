@@ -7,12 +7,20 @@ API; recording any other answer is a list append (and, for an error, a dict incr
 Everything else (bucketing, counting) happens once a second in `take`, vectorised, and
 the result is one picklable `Second` that the parent merges with the other workers'
 (aggregate.py).
+
+Against a cluster, each coordinator node's share is kept apart as cheaply: the lanes of the
+connections to a node record into that node's own sinks (`sinks`), so a lane's plain
+success costs what it did, and an answer recorded from Python names its node (`record`'s
+`node`), one more dict increment on a path that has just decoded a response. Which node
+coordinates which group is noted when FindCoordinator answers, and only changes cross to
+the parent.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 
 import msgspec
 import numpy as np
@@ -26,6 +34,14 @@ MAX_ERROR_ROWS = 10_000
 # The APIs of the rows of a lane's latency sink: its heartbeats' (a classic fleet's; a
 # consumer-protocol fleet's lanes carry ConsumerGroupHeartbeat), then its commits'.
 SINK_APIS = (int(ApiKey.HEARTBEAT), int(ApiKey.OFFSET_COMMIT))
+
+Address = tuple[str, int]  # a node's (host, port), as FindCoordinator and Metadata name it
+
+
+def address_text(address: Address) -> str:
+    """HOST:PORT, as the nodes' figures are keyed in a Second and in summary.json."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class ApiSecond(msgspec.Struct):
@@ -52,6 +68,16 @@ RebalanceRow = tuple[str, str, str | None, int, int, int, str, bool]
 StormRow = tuple[str, int, int, int, int]
 
 
+class NodeSecond(msgspec.Struct):
+    """One coordinator node's share of a worker's second: what its members' connections to
+    the node had answered, and how many of those connections were open at the take."""
+
+    address: str  # HOST:PORT
+    requests: dict[int, int]  # api key -> requests answered
+    errors: dict[int, dict[int, int]]  # api key -> error code -> errors counted
+    connections: int
+
+
 class Second(msgspec.Struct):
     """What one worker recorded between two takes."""
 
@@ -69,6 +95,12 @@ class Second(msgspec.Struct):
     states: dict[str, int]  # members by state at the take
     connections: int
     cpu_s: float  # the worker's CPU time since the previous take
+    # Each coordinator node's share (the nodes with connections or answers this second).
+    nodes: list[NodeSecond] = msgspec.field(default_factory=list)
+    # Node ids (HOST:PORT -> id) and groups' coordinators (group -> HOST:PORT) learnt or
+    # changed since the previous take: the parent keeps the rest.
+    node_ids: dict[str, int] = msgspec.field(default_factory=dict)
+    groups: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class Recorder:
@@ -79,8 +111,9 @@ class Recorder:
     error is counted by `record(api, ns, code)`, or by an append and `error(...)` when it
     deserves a row, never by both. The error rate is errors per counted request, so a
     request given up on (a timeout) should have its latency recorded too. Lanes count
-    successes in `latency_sink` and `commit_sink` (lane.py's layout), which `take` reads
-    and empties.
+    successes in the sinks `sinks(node)` gives (lane.py's layout), one pair per node,
+    which `take` reads and empties. `record` and `error_code` given a `node` count the
+    request in that node's share as well.
     """
 
     def __init__(
@@ -96,16 +129,29 @@ class Recorder:
         # hold on to the one `latencies` gave it.
         self._latencies: defaultdict[int, list[int]] = defaultdict(list)
         self._errors: defaultdict[tuple[int, int], int] = defaultdict(int)
-        self.latency_sink: Int64Array = np.zeros((len(SINK_APIS), lane.ROW), np.int64)
-        self.commit_sink: Int64Array = np.zeros(2, np.int64)  # commits, offsets
+        # node -> (latency sink, commit sink): lanes hold them, so they live as long as
+        # the Recorder and take empties them in place.
+        self._sinks: dict[Address | None, tuple[Int64Array, Int64Array]] = {}
+        self._node_requests: defaultdict[tuple[Address, int], int] = defaultdict(int)
+        self._node_errors: defaultdict[tuple[Address, int, int], int] = defaultdict(int)
+        self._node_ids: dict[Address, int] = {}
+        self._new_ids: dict[str, int] = {}
+        self._coordinators: dict[str, Address] = {}  # group -> its node, as last found
+        self._moved: dict[str, str] = {}  # group -> HOST:PORT, since the last take
+        self._texts: dict[Address, str] = {}
         self._reset()
 
     def _reset(self) -> None:
         for values in self._latencies.values():
             values.clear()
-        self.latency_sink.fill(0)
-        self.commit_sink.fill(0)
+        for latency, commits in self._sinks.values():
+            latency.fill(0)
+            commits.fill(0)
         self._errors.clear()
+        self._node_requests.clear()
+        self._node_errors.clear()
+        self._new_ids = {}
+        self._moved = {}
         self._error_rows: list[ErrorRow] = []
         self._errors_dropped = 0
         self._rebalances: list[RebalanceRow] = []
@@ -114,20 +160,67 @@ class Recorder:
         self._offsets = 0
         self._expirations = 0
 
-    def record(self, api_key: int, latency_ns: int, error: int) -> None:
-        """One request answered after `latency_ns`; `error` its error code (0: success)."""
+    def sinks(self, node: Address | None = None) -> tuple[Int64Array, Int64Array]:
+        """The latency sink and the commit sink (lane.py's layout) of the lanes of the
+        connections to `node`: their plain successes count in its share."""
+        pair = self._sinks.get(node)
+        if pair is None:
+            pair = (np.zeros((len(SINK_APIS), lane.ROW), np.int64), np.zeros(2, np.int64))
+            self._sinks[node] = pair
+        return pair
+
+    def sunk(self) -> tuple[Int64Array, Int64Array]:
+        """What every node's sinks hold now, merged: (latency rows, commits and offsets)."""
+        pairs = list(self._sinks.values())
+        if not pairs:
+            return np.zeros((len(SINK_APIS), lane.ROW), np.int64), np.zeros(2, np.int64)
+        rows = np.stack([latency for latency, _ in pairs])
+        merged = rows.sum(axis=0)
+        merged[:, lane.MAX] = rows[:, :, lane.MAX].max(axis=0)
+        return merged, np.sum([commits for _, commits in pairs], axis=0)
+
+    def node(self, address: Address, node_id: int) -> None:
+        """A node of the cluster and its id, as Metadata or FindCoordinator named it."""
+        if self._node_ids.get(address) != node_id:
+            self._node_ids[address] = node_id
+            self._new_ids[self._text(address)] = node_id
+
+    def coordinator(self, group: str, address: Address) -> None:
+        """The node that FindCoordinator named for `group`."""
+        if self._coordinators.get(group) != address:
+            self._coordinators[group] = address
+            self._moved[group] = self._text(address)
+
+    def _text(self, address: Address) -> str:
+        text = self._texts.get(address)
+        if text is None:
+            text = self._texts[address] = address_text(address)
+        return text
+
+    def record(
+        self, api_key: int, latency_ns: int, error: int, node: Address | None = None
+    ) -> None:
+        """One request answered after `latency_ns`; `error` its error code (0: success);
+        `node` the node that answered it, if it counts in a node's share."""
         self._latencies[api_key].append(latency_ns)
         if error:
             self._errors[api_key, error] += 1
+        if node is not None:
+            self._node_requests[node, api_key] += 1
+            if error:
+                self._node_errors[node, api_key, error] += 1
 
     def latencies(self, api_key: int) -> list[int]:
         """The list `record` appends to, for the Recorder's life: a loop may keep it and
         append latencies (ns) to it directly, counting errors with `error_code` or `error`."""
         return self._latencies[api_key]
 
-    def error_code(self, api_key: int, code: int) -> None:
-        """Count one error, whose latency (if it had one) was appended separately."""
+    def error_code(self, api_key: int, code: int, node: Address | None = None) -> None:
+        """Count one error, whose latency (if it had one) was appended separately; `node`
+        as for `record`."""
         self._errors[api_key, code] += 1
+        if node is not None:
+            self._node_errors[node, api_key, code] += 1
 
     def error(self, api_key: int, code: int, group: str, member: str, wall_ms: int) -> None:
         """Count one error and keep its row for the errors table (up to MAX_ERROR_ROWS a
@@ -192,17 +285,20 @@ class Recorder:
         states: dict[str, int],
         connections: int,
         cpu_s: float,
+        node_connections: Mapping[Address, int] | None = None,
     ) -> Second:
         """What was recorded since the last take, and a fresh start. `elapsed_s` is whole
         seconds since the run's start (1 at the end of the first), `wall_ms` the wall clock
         now, `states` members by state, `cpu_s` the process's CPU time now (as
-        `time.process_time()`); the Second carries the CPU used since the previous take."""
+        `time.process_time()`); the Second carries the CPU used since the previous take.
+        `node_connections`: the members' connections open to each node now."""
         errors: dict[int, dict[int, int]] = defaultdict(dict)
         for (api_key, code), n in self._errors.items():
             errors[api_key][code] = n
+        latency_sink, commit_sink = self.sunk()
         sunk = {
             api_key: row
-            for api_key, row in zip(self.sink_apis, self.latency_sink, strict=True)
+            for api_key, row in zip(self.sink_apis, latency_sink, strict=True)
             if row[lane.COUNT]
         }
         apis = []
@@ -229,13 +325,46 @@ class Recorder:
             errors_dropped=self._errors_dropped,
             rebalances=self._rebalances,
             storms=self._storms,
-            commits=self._commits + int(self.commit_sink[0]),
-            offsets=self._offsets + int(self.commit_sink[1]),
+            commits=self._commits + int(commit_sink[0]),
+            offsets=self._offsets + int(commit_sink[1]),
             unexpected_expirations=self._expirations,
             states=dict(states),
             connections=connections,
             cpu_s=max(0.0, cpu_s - self._cpu_s),
+            nodes=self._nodes(node_connections or {}),
+            node_ids=self._new_ids,
+            groups=self._moved,
         )
         self._cpu_s = cpu_s
         self._reset()
         return second
+
+    def _nodes(self, connections: Mapping[Address, int]) -> list[NodeSecond]:
+        """Each node's share since the last take: its sinks' counts beside what was
+        recorded from Python with its name."""
+        requests: defaultdict[Address, dict[int, int]] = defaultdict(dict)
+        for (node, api_key), n in self._node_requests.items():
+            requests[node][api_key] = n
+        for sunk_at, (latency, _) in self._sinks.items():
+            if sunk_at is None:
+                continue
+            for api_key, row in zip(self.sink_apis, latency, strict=True):
+                if row[lane.COUNT]:
+                    mine = requests[sunk_at]
+                    mine[api_key] = mine.get(api_key, 0) + int(row[lane.COUNT])
+        errors: defaultdict[Address, defaultdict[int, dict[int, int]]] = defaultdict(
+            lambda: defaultdict(dict)
+        )
+        for (node, api_key, code), n in self._node_errors.items():
+            errors[node][api_key][code] = n
+        nodes = []
+        for node in sorted(requests.keys() | errors.keys() | connections.keys()):
+            nodes.append(
+                NodeSecond(
+                    self._text(node),
+                    dict(sorted(requests.get(node, {}).items())),
+                    {k: dict(v) for k, v in sorted(errors.get(node, {}).items())},
+                    connections.get(node, 0),
+                )
+            )
+        return nodes

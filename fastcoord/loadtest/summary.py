@@ -45,6 +45,27 @@ class Thresholds:
 
 
 @dataclass
+class NodeTotals:
+    """One coordinator node's share of a run: what its members' connections to it had
+    answered, the most of those connections open at once, and the groups it coordinates."""
+
+    requests: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))
+    errors: defaultdict[int, defaultdict[int, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int))
+    )
+    peak_connections: int = 0  # in one written second, over the workers that reported it
+    groups: int = 0
+
+    def count(self) -> int:
+        return sum(self.requests.values())
+
+    def failures(self) -> int:
+        return sum(
+            n for codes in self.errors.values() for code, n in codes.items() if code not in SIGNALS
+        )
+
+
+@dataclass
 class Totals:
     """Everything a run measured, added up as the workers' seconds arrive."""
 
@@ -70,6 +91,30 @@ class Totals:
     started_ms: int | None = None  # wall clock of the run's start, from the workers' takes
     ended_ms: int | None = None  # the newest take
     late_seconds: int = 0  # worker seconds that came after their second was written
+    nodes: dict[str, NodeTotals] = field(default_factory=dict)  # HOST:PORT -> its share
+    node_ids: dict[str, int] = field(default_factory=dict)  # HOST:PORT -> node id
+    group_nodes: dict[str, str] = field(default_factory=dict)  # group -> HOST:PORT
+
+    def node(self, address: str) -> NodeTotals:
+        totals = self.nodes.get(address)
+        if totals is None:
+            totals = self.nodes[address] = NodeTotals()
+        return totals
+
+    def coordinated(self, group: str, address: str) -> None:
+        """`group` is `address`'s, as a worker's FindCoordinator last said."""
+        old = self.group_nodes.get(group)
+        if old == address:
+            return
+        if old is not None:
+            self.nodes[old].groups -= 1
+        self.group_nodes[group] = address
+        self.node(address).groups += 1
+
+    def node_order(self) -> list[str]:
+        """The nodes by id (those without one last), then address."""
+        ids = self.node_ids
+        return sorted(self.nodes, key=lambda a: (a not in ids, ids.get(a, 0), a))
 
     def requests(self) -> int:
         return sum(h.count for h in self.latency.values())
@@ -170,6 +215,38 @@ def verdict(totals: Totals, thresholds: Thresholds) -> dict[str, Any]:
     return {"passed": not failures, "failures": failures}
 
 
+def nodes_section(totals: Totals, elapsed_s: float) -> dict[str, Any]:
+    """summary.json's `nodes`: each coordinator node's share, by HOST:PORT, in id order."""
+    section = {}
+    for address in totals.node_order():
+        n = totals.nodes[address]
+        count = n.count()
+        errors: defaultdict[int, int] = defaultdict(int)
+        for codes in n.errors.values():
+            for code, c in codes.items():
+                errors[code] += c
+        section[address] = {
+            "node_id": totals.node_ids.get(address),
+            "groups": n.groups,
+            "connections": n.peak_connections,
+            "requests": count,
+            "requests_per_s": count / elapsed_s if elapsed_s else None,
+            "errors": {error_name(c): k for c, k in sorted(errors.items())},
+            "failures": n.failures(),
+            "error_rate": rate(n.failures(), count),
+            "apis": {
+                api_name(api_key): {
+                    "count": n.requests.get(api_key, 0),
+                    "errors": {
+                        error_name(c): k for c, k in sorted(n.errors.get(api_key, {}).items())
+                    },
+                }
+                for api_key in sorted(n.requests.keys() | n.errors.keys())
+            },
+        }
+    return section
+
+
 def summarize(
     totals: Totals,
     *,
@@ -255,6 +332,7 @@ def summarize(
             "cpu_us_per_request": totals.cpu_s * 1e6 / requests if requests else None,
         },
         "members": members,
+        "nodes": nodes_section(totals, elapsed),
         "tables": {**tables, "errors_dropped": totals.errors_dropped},
         "late_seconds": totals.late_seconds,
         # With --faults, loadtest/faults.py's section, set once the run is over (reading

@@ -122,5 +122,6 @@ class _Reporter:
             self.fleet.states(),
             self.fleet.connection_count,
             time.process_time(),  # the Recorder takes each second's share of the total
+            self.fleet.node_connections,
         )
         self.pipe.send(("second", second))

@@ -55,7 +55,7 @@ def in_lane(seats: list[Seat[Any]]) -> bool:
 
 def counts(recorder: Recorder) -> tuple[int, int]:
     """(Heartbeats answered in the lanes, heartbeats answered through Python) so far."""
-    return int(recorder.latency_sink[0, lane.COUNT]), len(recorder.latencies(CGH))
+    return int(recorder.sunk()[0][0, lane.COUNT]), len(recorder.latencies(CGH))
 
 
 def test_steady_members_heartbeat_and_commit_in_their_lanes(tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_steady_members_heartbeat_and_commit_in_their_lanes(tmp_path: Path) -> N
                 # loaded machine takes: the count is the check, not the time.
                 await until(lambda: counts(recorder)[0] >= 20 * MEMBERS, 60)
                 seen["counts"] = counts(recorder)
-                seen["commits"] = recorder.commit_sink.tolist()
+                seen["commits"] = recorder.sunk()[1].tolist()
                 seen["steady"] = take(recorder)
                 seen["stable"] = fleet.all_stable(seats)
                 # A newcomer in g0: g0's members hear of their new epoch from the lane's

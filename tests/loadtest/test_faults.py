@@ -19,12 +19,13 @@ from rich.console import Console
 from fastcoord import cli
 from fastcoord.client.admin import AdminClient, AdminError, parse_address
 from fastcoord.loadtest.aggregate import Aggregator
-from fastcoord.loadtest.display import print_summary
+from fastcoord.loadtest.display import faults_report, print_summary
 from fastcoord.loadtest.faults import (
     Applied,
     FaultRun,
     PerSecond,
     ScheduleError,
+    admin_addresses,
     effects,
     load_schedule,
     parse_schedule,
@@ -192,7 +193,7 @@ def test_the_command_refuses_a_schedule_it_cannot_use(
     good.write_text(SCHEDULE)
     assert refusal(capsys, loadtest(tmp_path, "--faults", str(good))) == (
         "fastcoord loadtest: --faults needs --admin HOST:PORT, the server's admin port "
-        "(fastcoord serve --admin-port)"
+        "(fastcoord serve --admin-port; a cluster's: HOST:PORT,HOST:PORT,..., every node's)"
     )
     admin = f"127.0.0.1:{free_port()}"
     bad = tmp_path / "bad.toml"
@@ -529,3 +530,114 @@ def test_addresses() -> None:
     for bad in ("nowhere", ":80", "host:", "host:http", "host:70000"):
         with pytest.raises(ValueError):
             parse_address(bad)
+
+
+# A cluster's admin ports: every rule to every node
+
+
+@pytest.fixture
+def stubs() -> Iterator[list[Stub]]:
+    """Two admin ports, as two nodes of a cluster have."""
+    servers = [Stub(), Stub()]
+    threads = [
+        threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.01}) for s in servers
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        yield servers
+    finally:
+        for server, thread in zip(servers, threads, strict=True):
+            server.shutdown()
+            server.server_close()
+            thread.join()
+
+
+def test_admin_takes_one_address_per_node() -> None:
+    assert admin_addresses("127.0.0.1:1") == ["127.0.0.1:1"]
+    assert admin_addresses("127.0.0.1:1, 127.0.0.1:2,[::1]:3") == [
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        "[::1]:3",
+    ]
+    with pytest.raises(ScheduleError, match="--admin 'nowhere': expected HOST:PORT"):
+        admin_addresses("127.0.0.1:1,nowhere")
+    with pytest.raises(ScheduleError, match=r"--admin: 127\.0\.0\.1:1 is given twice"):
+        admin_addresses("127.0.0.1:1,127.0.0.1:2, 127.0.0.1:1")
+
+
+def test_every_admin_port_is_checked_before_the_run(stubs: list[Stub], tmp_path: Path) -> None:
+    path = tmp_path / "faults.toml"
+    path.write_text(SCHEDULE)
+    for s in stubs:
+        s.answer("GET", "/v1/faults", 200, [])
+    gone = f"127.0.0.1:{free_port()}"
+    with pytest.raises(ScheduleError, match=f"cannot reach the admin port {gone} "):
+        prepare(path, f"{stubs[0].address},{gone},{stubs[1].address}", 60.0)
+    run = prepare(path, ",".join(s.address for s in stubs), 60.0)
+    assert run is not None and [c.address for c in run.clients] == [s.address for s in stubs]
+    assert [[n.admin for n in a.nodes] for a in run.applied] == [[s.address for s in stubs]] * 3
+
+
+def node_view(fault_id: int, injected: int, state: str = "ended") -> dict[str, Any]:
+    return {**VIEW, "id": fault_id, "injected": injected, "state": state}
+
+
+def test_a_fault_is_added_to_every_node_and_counted_over_them(stubs: list[Stub]) -> None:
+    (rule,) = parse_schedule('[[fault]]\nat_ms = 0\napi = "Heartbeat"\npause = true\n')
+    for s, injected in zip(stubs, (3, 4), strict=True):
+        s.answer("POST", "/v1/faults", 201, node_view(7, 0, "active"))
+        s.answer("GET", "/v1/faults", 200, [node_view(7, injected)])
+        s.answer("DELETE", "/v1/faults/7", 200, node_view(7, injected))
+    run = FaultRun([rule], [AdminClient(s.address, timeout_s=2.0) for s in stubs])
+    started = time.time()
+    run.start(started)
+    deadline = time.monotonic() + 5
+    while run.applied[0].fault_id is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for second in synthetic_seconds():
+        run.record(second)
+    (fault,) = run.finish()
+    assert fault["id"] == 7 and fault["injected"] == 7 and fault["state"] == "ended"
+    assert fault["apply_error"] is None and fault["end_error"] is None
+    assert fault["window"] is not None and fault["effect"] is not None
+    assert [(n["admin"], n["id"], n["injected"]) for n in fault["nodes"]] == [
+        (stubs[0].address, 7, 3),
+        (stubs[1].address, 7, 4),
+    ]
+    for s in stubs:  # added, read and deleted on each
+        assert [(m, p) for m, p, _, _ in s.received] == [
+            ("POST", "/v1/faults"),
+            ("GET", "/v1/faults"),
+            ("DELETE", "/v1/faults/7"),
+        ]
+    console = Console(record=True, width=160)
+    console.print(faults_report([fault]))
+    text = console.export_text()
+    assert "in force on 2 nodes" in text and "injected 7 (ended)" in text
+    assert f"per node: {stubs[0].address} #7 injected 3, {stubs[1].address} #7 injected 4" in text
+
+
+def test_a_node_that_refuses_a_fault_is_named_and_the_others_keep_it(stubs: list[Stub]) -> None:
+    (rule,) = parse_schedule('[[fault]]\nat_ms = 0\napi = "Heartbeat"\npause = true\n')
+    stubs[0].answer("POST", "/v1/faults", 201, node_view(2, 0, "active"))
+    stubs[0].answer("GET", "/v1/faults", 200, [node_view(2, 5, "active")])
+    stubs[0].answer("DELETE", "/v1/faults/2", 200, node_view(2, 5))
+    stubs[1].answer("POST", "/v1/faults", 400, {"error": "no room"})
+    run = FaultRun([rule], [AdminClient(s.address, timeout_s=2.0) for s in stubs])
+    run.start(time.time())
+    deadline = time.monotonic() + 5
+    while run.applied[0].apply_error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (fault,) = run.finish()
+    assert fault["apply_error"] == f"{stubs[1].address}: not added: 400: no room"
+    assert fault["id"] is None  # not every node has it
+    assert fault["injected"] == 5 and fault["state"] == "active"
+    assert fault["window"] is not None  # in force where it was added
+    assert [n["id"] for n in fault["nodes"]] == [2, None]
+    assert [(m, p) for m, p, _, _ in stubs[1].received] == [("POST", "/v1/faults")]
+    console = Console(record=True, width=200)
+    console.print(faults_report([fault]))
+    text = console.export_text()
+    assert f"injected 5 (active); {stubs[1].address}: not added: 400: no room" in text
+    assert f"{stubs[1].address} not added" in text

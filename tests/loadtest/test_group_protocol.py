@@ -60,8 +60,8 @@ def test_classic_is_the_default_and_consumer_reaches_the_fleet() -> None:
 
 
 def served(monkeypatch: pytest.MonkeyPatch, cluster_id: str, apis: set[int]) -> None:
-    def fake(*_: Any) -> tuple[str, dict[int, int]]:
-        return cluster_id, dict.fromkeys(apis, 1)
+    def fake(*_: Any) -> tuple[str, dict[int, int], int]:
+        return cluster_id, dict.fromkeys(apis, 1), 1
 
     monkeypatch.setattr(run.trio, "run", fake)
 
@@ -73,7 +73,7 @@ def test_a_server_without_consumer_group_heartbeat_is_refused(
     with pytest.raises(CannotStart, match="needs ConsumerGroupHeartbeat"):
         run.probe(options(group_protocol="consumer"), ("127.0.0.1", 9092))
     # The classic protocol does not ask for it.
-    assert run.probe(options(), ("127.0.0.1", 9092)) is False
+    assert run.probe(options(), ("127.0.0.1", 9092)) == run.Server(fastcoord=False, nodes=1)
 
 
 def test_consumer_members_may_share_connections_whatever_the_server(
@@ -82,6 +82,7 @@ def test_consumer_members_may_share_connections_whatever_the_server(
     served(monkeypatch, "kafka-cluster", {ApiKey.CONSUMER_GROUP_HEARTBEAT})
     shared = {"members_per_connection": 10}
     # No JoinGroup to wait on, so a broker that mutes a connection during one does not matter.
-    assert run.probe(options(group_protocol="consumer", **shared), ("127.0.0.1", 9092)) is False
+    server = run.probe(options(group_protocol="consumer", **shared), ("127.0.0.1", 9092))
+    assert server.fastcoord is False
     with pytest.raises(CannotStart, match="Kafka mutes a connection"):
         run.probe(options(**shared), ("127.0.0.1", 9092))
