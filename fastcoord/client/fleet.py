@@ -95,6 +95,12 @@ TICK_MS = 5
 # the write.
 FLUSH_MS = 100
 RETRY_BACKOFF_MAX_MS = 1_000
+# Connections being opened at once. Members that each connect as soon as they know their
+# coordinator (tens of thousands at a start) otherwise put all their connects and
+# ApiVersions in flight together: the server answers them slower than the connect
+# timeout, they are retried, and the retries feed the storm. Real consumers, each in its
+# own process, never start that way.
+MAX_OPENING = 256
 HEARTBEAT = ApiKey.HEARTBEAT
 OFFSET_COMMIT = ApiKey.OFFSET_COMMIT
 
@@ -232,6 +238,7 @@ class Fleet:
         self._flushes: list[list[Connection]] = [[] for _ in range(self._flush_ticks())]
         self._opened = 0
         self._poller = make_poller(MAX_RESPONSE_BYTES)
+        self._opening = trio.CapacityLimiter(MAX_OPENING)
         self._bootstrap: Connection | None = None
         self._nursery: trio.Nursery | None = None
         self._rng = random.Random(config.seed)
@@ -417,7 +424,8 @@ class Fleet:
 
     async def _open_for(self, key: tuple[Address, int]) -> None:
         try:
-            connection = await self._open(key[0], lane=True)
+            async with self._opening:
+                connection = await self._open(key[0], lane=True)
         except Exception as exc:  # OSError, a timeout, a bad answer: the seats retry
             log.debug("cannot connect to %s: %s", _address(key[0]), exc)
             for seat in self._connecting.pop(key, []):
