@@ -31,22 +31,27 @@ pipelined mode, measured from this process on the other core): the mock's rate i
 peer every row is given a ratio against, as docs/benchmarks.md does.
 
 Server CPU is each server process's time on a CPU (/proc's schedstat) over the measured
-window, per heartbeat answered in it. Rounds rotate the order of the configurations; the
-table gives medians and (c)/(a) is also given as the median of each round's pair, the two
-measured within seconds of each other. Nothing here runs at import (asv imports benches/).
+window, per heartbeat answered in it. Rounds vary the order of the configurations, (a)
+and (c) always one after the other; the table gives medians, and (c)/(a) also as the
+median of each round's pair, the two measured within seconds of each other. Nothing here
+runs at import (asv imports benches/).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import multiprocessing
 import os
+import shutil
 import statistics
+import struct
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection as Pipe
@@ -88,6 +93,9 @@ CONFIG_LABELS = {
     "b": "(b) 2-node cluster, both driven",
     "c": "(c) one node of 2, driven alone",
 }
+# The rounds' orders: (a) and (c) always next to each other, so that each pair is measured
+# within seconds (the host's speed drifts), each first as often; (b) before and after them.
+ORDERS = (("a", "c", "b"), ("c", "a", "b"), ("b", "a", "c"), ("b", "c", "a"))
 
 
 def owned_groups(cluster: str, node_id: int, count: int) -> list[str]:
@@ -460,7 +468,7 @@ def measure(args: argparse.Namespace) -> Figures:
                 row = one_member(peer, session, client_core, args.warmup, args.seconds)
                 figures.add("one", "a" if name == "lone" else "mock", name, row)
             for part in args.parts:
-                for config in CONFIGS[r % 3 :] + CONFIGS[: r % 3]:
+                for config in ORDERS[r % len(ORDERS)]:
                     chosen, where = placement[config]
                     rows = run_phase(
                         part, chosen, pool, where, args.warmup, args.seconds, args.own_rate
@@ -584,6 +592,168 @@ def report(figures: Figures, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+# -- instructions a heartbeat, under callgrind -------------------------------------------------
+
+# Heartbeats counted in each of the two runs whose difference is the figure, per load.
+CALLGRIND_COUNTS = {"shared": (20_000, 120_000), "own": (2_000, 12_000)}
+_ANSWER = struct.Struct(">iiih")  # Heartbeat v3 answer: size, correlation id, throttle, error
+
+
+def _under_callgrind(name: str, directory: Path, core: int | None, *args: str) -> ServerProcess:
+    """`fastcoord serve` under callgrind, instrumentation off until callgrind_control turns
+    it on: start-up and joins run at valgrind's uninstrumented speed, and only the
+    heartbeats counted are instrumented."""
+    directory.mkdir(parents=True)
+    argv = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={directory}/callgrind.%p",
+        *testing.serve_command(directory, *SERVE_ARGS, *args),
+    ]
+    # A Python start-up under valgrind takes longer than testing's default wait.
+    waited, testing.START_TIMEOUT_S = testing.START_TIMEOUT_S, 600.0
+    try:
+        return testing.start(name, argv, directory, ready=[testing.LOADED], core=core)
+    finally:
+        testing.START_TIMEOUT_S = waited
+
+
+def _instructions(server: ServerProcess, run: Callable[[], None], dump: int) -> int:
+    """The instructions `server` executed (user space) while `run` ran: counters zeroed,
+    instrumentation on, run, off, dumped as callgrind.PID.`dump`, whose totals are read."""
+
+    def control(*args: str) -> None:
+        subprocess.run(
+            ["callgrind_control", *args, str(server.pid)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+
+    control("--zero")
+    control("--instr=on")
+    run()
+    control("--instr=off")
+    control("--dump")
+    out = server.log_path.parent / f"callgrind.{server.pid}.{dump}"  # its directory
+    for line in out.read_text().splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {out}")
+
+
+def _one_at_a_time(members: Members, count: int) -> None:
+    """`count` heartbeats, one in flight at a time, each on the next member's connection in
+    turn: every read the server makes holds one heartbeat, as at a real heartbeat interval."""
+    socks, frames = members.socks, members.frames
+    for i in range(count):
+        k = i % len(socks)
+        struct.pack_into(">i", frames[k], 8, i)
+        socks[k].sendall(frames[k])
+        answer = b""
+        while len(answer) < _ANSWER.size:
+            chunk = socks[k].recv(_ANSWER.size - len(answer))
+            if not chunk:
+                raise ConnectionError("the server closed a member's connection")
+            answer += chunk
+        size, correlation, _, error = _ANSWER.unpack(answer)
+        if size != _ANSWER.size - 4 or correlation != i or error != 0:
+            raise RuntimeError(f"answer {correlation} with error {error}, expected {i} and 0")
+
+
+def count_instructions(args: argparse.Namespace) -> str:
+    """Instructions a heartbeat of a lone server and of node 1 of a 2-node cluster, each
+    under callgrind: what no busy host moves. Node 0 is not started: nothing passes between
+    nodes while they serve (node 1 finds its peer down at start and serves its own)."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--callgrind needs valgrind (callgrind_control) installed")
+    _, server_core = cores()
+    cluster = testing.cluster_list(testing.free_ports(2))
+    groups = owned_groups(cluster, 1, args.shared_members + args.own_connections)
+    results: dict[tuple[str, str], list[float]] = {}
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fastcoord-cg-")))
+        servers = {
+            "lone": _under_callgrind("lone (callgrind)", tmp / "lone", server_core),
+            "node 1": _under_callgrind(
+                "node 1 (callgrind)",
+                tmp / "node-1",
+                server_core,
+                *("--node-id", "1", "--cluster", cluster),
+            ),
+        }
+        for server in servers.values():
+            stack.callback(server.stop)
+        for name, server in servers.items():
+            for part, per in _count(server, groups, args).items():
+                results[(part, name)] = per
+    lines = [
+        "Instructions a heartbeat (user space, callgrind; the difference of "
+        + " and ".join(f"{a:,} and {b:,} ({p})" for p, (a, b) in CALLGRIND_COUNTS.items())
+        + " heartbeats, twice each):",
+        "",
+        "| load | lone server | node 1 of 2 | node / lone |",
+        "|---|---|---|---|",
+    ]
+    for part in CALLGRIND_COUNTS:
+        lone, node = results[(part, "lone")], results[(part, "node 1")]
+        label = (
+            f"{args.shared_members:,} members sharing one connection, pipelined"
+            if part == "shared"
+            else f"{args.own_connections:,} members on their own connections, one at a time"
+        )
+        lines.append(
+            f"| {label} | {' and '.join(f'{v:,.0f}' for v in lone)} | "
+            f"{' and '.join(f'{v:,.0f}' for v in node)} | "
+            f"{statistics.median(node) / statistics.median(lone):.4f} |"
+        )
+    return "\n".join(lines)
+
+
+def _count(
+    server: ServerProcess, groups: list[str], args: argparse.Namespace
+) -> dict[str, list[float]]:
+    """Instructions a heartbeat of `server`, each load measured twice."""
+    joining = Members(server, args.shared_members, groups[: args.shared_members])
+    joining.close()
+    ring = MemberRing(joining.joined)
+    own = Members(server, args.own_connections, groups[args.shared_members :])
+    client = Connection(server.host, server.port, timeout=300)
+    try:
+        for sock in own.socks:
+            sock.setblocking(True)
+
+        def shared(n: int) -> None:
+            _checked(loopback.pipelined(client, ring, n, 1e9, WINDOW), n)
+
+        def one_each(n: int) -> None:
+            _one_at_a_time(own, n)
+
+        loads = {"shared": shared, "own": one_each}
+        for load in loads.values():  # warm-up: every member once, uninstrumented
+            load(max(ring.size, len(own.socks)))
+        dumps = 0
+        per: dict[str, list[float]] = {}
+        for part, load in loads.items():
+            first, second = CALLGRIND_COUNTS[part]
+            for _ in range(2):
+                counted = []
+                for n in (first, second):
+                    dumps += 1
+                    counted.append(_instructions(server, functools.partial(load, n), dumps))
+                per.setdefault(part, []).append((counted[1] - counted[0]) / (second - first))
+        return per
+    finally:
+        client.close()
+        own.close()
+
+
+def _checked(m: loopback.Measurement, n: int) -> None:
+    if m.requests != n or m.errors:
+        raise RuntimeError(f"{m.requests:,} of {n:,} heartbeats answered, errors {m.errors}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benches.cluster_run",
@@ -609,7 +779,15 @@ def main(argv: list[str] | None = None) -> int:
         default=PARTS,
         help="which loads: shared,own (both by default)",
     )
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="instead: instructions a heartbeat, lone server and node, under callgrind",
+    )
     args = parser.parse_args(argv)
+    if args.callgrind:
+        print(count_instructions(args))
+        return 0
     round_s = (2 + 3 * len(args.parts)) * (args.warmup + args.seconds + PHASE_SLACK_S)
     if round_s > MAX_ROUND_S:
         parser.error(f"a round of {round_s:.0f} s would outlast the members' sessions")

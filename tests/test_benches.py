@@ -7,6 +7,7 @@ import inspect
 import itertools
 import os
 import pkgutil
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,23 @@ def test_cluster_run_smoke() -> None:
     for row in ("librdkafka mock", "(a) lone server", "(b) 2-node cluster", "(c) one node of 2"):
         assert row in run.stdout
     assert "| members on their own connections |" in run.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_cluster_run_callgrind_smoke() -> None:
+    """The script's instruction counts (two servers under callgrind): about two minutes."""
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run(
+        [
+            sys.executable,
+            *("-m", "benches.cluster_run", "--callgrind"),
+            *("--shared-members", "300", "--own-connections", "100"),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "| node / lone |" in run.stdout
