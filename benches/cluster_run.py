@@ -1,6 +1,7 @@
 """One fastcoord node against two, and a node in a cluster against a lone server.
 
-    python -m benches.cluster_run --rounds 3 --seconds 5
+    python -m benches.cluster_run --rounds 4 --seconds 5
+    python -m benches.cluster_run --callgrind     # instructions a heartbeat, lone and node
 
 A cluster (docs/cluster.md) is how fastcoord goes past one process's core and open files,
 and it only pays if a node costs what a lone server costs per request: a node answers its
@@ -33,8 +34,10 @@ peer every row is given a ratio against, as docs/benchmarks.md does.
 Server CPU is each server process's time on a CPU (/proc's schedstat) over the measured
 window, per heartbeat answered in it. Rounds vary the order of the configurations, (a)
 and (c) always one after the other; the table gives medians, and (c)/(a) also as the
-median of each round's pair, the two measured within seconds of each other. Nothing here
-runs at import (asv imports benches/).
+median of each round's pair, the two measured within seconds of each other. With
+--callgrind it counts instead the instructions of a heartbeat of a lone server and of a
+node (under callgrind, which no busy host moves). Nothing here runs at import (asv
+imports benches/).
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ GROUP_PREFIX = "cluster-bench-"  # + 7 digits: every group id, so every frame, o
 WINDOW = 256  # heartbeats in flight on a shared connection, as bench_server's pipelined mode
 MOCK_GROUP = "cluster-bench-one"  # bench_server's one member, on the mock and the lone server
 # Every member heartbeats in one phase of a round and is silent the rest of it (up to two
-# rounds, as the order rotates): the drivers' members join with a 300 s session
+# rounds, as the order changes): the drivers' members join with a 300 s session
 # (lone_heartbeats_run.join), the one member with this, so a round must stay within half.
 SESSION_TIMEOUT_MS = 300_000
 MAX_ROUND_S = 140.0
@@ -760,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=5.0, help="each measured window")
     parser.add_argument("--warmup", type=float, default=1.0, help="before each window")
     parser.add_argument("--drivers", type=int, default=2, help="driver processes a node")
