@@ -26,8 +26,9 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -44,7 +45,7 @@ from fastcoord.protocol.messages import (
 )
 from fastcoord.protocol.schema import Request, Response
 from fastcoord.server.startup import raise_file_limit
-from fastcoord.testing import ServerProcess, fastcoord_server
+from fastcoord.testing import fastcoord_server
 from fastcoord.testing_cpu import cores, sched_seconds
 
 CLIENT_ID = "fastcoord-lone"
@@ -54,20 +55,34 @@ _ANSWER = struct.Struct(">iiih")  # size, correlation id, throttle time, error c
 _CORRELATION = struct.Struct(">i")  # at byte 8 of a request frame: after size, key, version
 
 
-class Members:
-    """`count` members, each alone in its group, each on its own connection."""
+class Address(Protocol):
+    """Where members connect: a ServerProcess, or a node of a cluster known by address."""
 
-    def __init__(self, server: ServerProcess, count: int) -> None:
+    host: str
+    port: int
+
+
+class Members:
+    """`count` members, each alone in its group, each on its own connection.
+
+    The groups are `lone-0`, `lone-1`, ... unless `groups` names them (a cluster node
+    answers NOT_COORDINATOR for groups it does not own, so a caller driving one node gives
+    groups of that node's partitions)."""
+
+    def __init__(self, server: Address, count: int, groups: Sequence[str] | None = None) -> None:
+        names = [f"lone-{i}" for i in range(count)] if groups is None else list(groups)
+        if len(names) < count:
+            raise ValueError(f"{count} members need {count} groups, not {len(names)}")
         self.socks: list[socket.socket] = []
         self.frames: list[bytearray] = []  # each member's heartbeat frame
+        self.joined: list[tuple[str, int, str]] = []  # (group, generation, member id) each
         for start in range(0, count, BATCH):
-            self._join(server, range(start, min(count, start + BATCH)))
+            self._join(server, names[start : min(count, start + BATCH)])
 
-    def _join(self, server: ServerProcess, batch: range) -> None:
-        socks = [socket.create_connection((server.host, server.port)) for _ in batch]
+    def _join(self, server: Address, groups: list[str]) -> None:
+        socks = [socket.create_connection((server.host, server.port)) for _ in groups]
         for s in socks:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        groups = [f"lone-{i}" for i in batch]
         first = ask_all(socks, [(join(g, ""), 5) for g in groups])
         joined = ask_all(
             socks, [(join(g, a.member_id), 5) for g, a in zip(groups, first, strict=True)]
@@ -91,6 +106,7 @@ class Members:
             header = RequestHeader(ApiKey.HEARTBEAT, VERSION, 0, CLIENT_ID)
             request = HeartbeatRequest(g, a.generation_id, a.member_id, None)
             self.frames.append(bytearray(encode_request(header, request)))
+            self.joined.append((g, a.generation_id, a.member_id))
             s.setblocking(False)
         self.socks += socks
 

@@ -44,9 +44,12 @@ _HB_RESPONSE_SIZE = _HB_RESPONSE.size - 4
 SERVE_ARGS = ("--group-initial-rebalance-delay-ms", "0", "--event-log-flush-ms", "100")
 
 
-def join_group(host: str, port: int, group_id: str) -> tuple[Connection, Member]:
-    """blocking.join_group, from a peer that must serve the heartbeats measured here."""
-    client, member = blocking.join_group(host, port, group_id)
+def join_group(
+    host: str, port: int, group_id: str, session_timeout_ms: int = 45_000
+) -> tuple[Connection, Member]:
+    """blocking.join_group, from a peer that must serve the heartbeats measured here (a
+    caller that leaves its member silent for long gives it a longer session)."""
+    client, member = blocking.join_group(host, port, group_id, session_timeout_ms)
     if client.version(ApiKey.HEARTBEAT, HEARTBEAT_VERSION) != HEARTBEAT_VERSION:
         client.close()
         raise PeerError(f"the peer does not serve Heartbeat v{HEARTBEAT_VERSION}")

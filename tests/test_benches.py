@@ -7,6 +7,9 @@ import inspect
 import itertools
 import os
 import pkgutil
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,3 +49,47 @@ def test_benchmark_runs(cls: type, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         for name in sorted(vars(cls)):
             if name.startswith(PREFIXES):
                 getattr(bench, name)(*cache, *combo)
+
+
+def test_cluster_run_smoke() -> None:
+    """benches/cluster_run.py is a script, not an asv benchmark: run it tiny (half a
+    second a phase, a few members a node) to prove that every phase and the report work."""
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benches.cluster_run",
+            *("--rounds", "1", "--seconds", "0.5", "--warmup", "0.2"),
+            *("--drivers", "1", "--shared-members", "40", "--own-connections", "40"),
+            *("--own-rate", "5000"),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    for row in ("librdkafka mock", "(a) lone server", "(b) 2-node cluster", "(c) one node of 2"):
+        assert row in run.stdout
+    assert "| members on their own connections |" in run.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_cluster_run_callgrind_smoke() -> None:
+    """The script's instruction counts (two servers under callgrind): about two minutes."""
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run(
+        [
+            sys.executable,
+            *("-m", "benches.cluster_run", "--callgrind"),
+            *("--shared-members", "300", "--own-connections", "100"),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "| node / lone |" in run.stdout
