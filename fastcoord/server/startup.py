@@ -74,7 +74,8 @@ def raise_file_limit() -> tuple[int, int, int]:
 def file_limit(config: ServerConfig) -> FileLimit:
     """Raise the soft open-file limit to the hard one; size max.connections by it."""
     limit, soft, hard = raise_file_limit()
-    reserve = FIXED_RESERVE + config.offsets_topic_num_partitions
+    # A segment open for each partition this node owns (every one, for a lone server).
+    reserve = FIXED_RESERVE + len(config.cluster_for(config.port).owned)
     allows = limit - reserve
     if config.max_connections == "auto":
         if allows < 1:
