@@ -45,6 +45,7 @@ import numpy as np
 
 import fastcoord
 from fastcoord.client.blocking import Connection
+from fastcoord.cluster.supervisor import free_ports
 
 LOG_LEVEL_ENV = "FASTCOORD_TEST_SERVER_LOG_LEVEL"  # e.g. DEBUG: every request, to debug a test
 START_TIMEOUT_S = 30.0
@@ -319,21 +320,6 @@ def refused_start(directory: Path, *args: str) -> subprocess.CompletedProcess[st
 
 
 # -- a cluster of fastcoord nodes -----------------------------------------------------------
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports free on `host` now (a cluster's addresses must be known
-    before its nodes start; another process could take one meanwhile, rarely)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind((host, 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def cluster_list(ports: Sequence[int], host: str = "127.0.0.1") -> str:

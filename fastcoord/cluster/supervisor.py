@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -129,9 +130,22 @@ class Plan:
 def node_ports(plan: Plan) -> list[int]:
     if plan.port:
         return [plan.port + i for i in range(plan.nodes)]
-    from fastcoord.testing import free_ports  # a port 0 run is a test's or a benchmark's
+    return free_ports(plan.nodes, plan.host)  # chosen once: a node restarted keeps its own
 
-    return free_ports(plan.nodes, plan.host)
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct ports free on `host` now (a cluster's addresses must be known
+    before its nodes start; another process could take one meanwhile, rarely)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def node_argv(plan: Plan, cluster_list: str, node_id: int, data_dir: Path | None) -> list[str]:
