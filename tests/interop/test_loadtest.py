@@ -90,13 +90,19 @@ def table(out: Path, name: str) -> list[dict[str, Any]]:
 
 
 def server_events(server: ServerProcess) -> list[dict[str, Any]]:
+    """The server's events once its log has caught up with the run: the log is flushed every
+    100 ms, and the members' last leaves come moments before the run's end, so the first
+    rows to appear are not all of them (on a busy machine the last flush came after the
+    read). Caught up: two reads 300 ms apart, three flushes, find the same rows."""
     assert server.data_dir is not None
     deadline = time.monotonic() + 10
-    while True:  # the event log is flushed every 100 ms
+    seen = -1
+    while True:
         rows = event_log.read(server.data_dir / "events").to_pylist()
-        if rows or time.monotonic() > deadline:
+        if (rows and len(rows) == seen) or time.monotonic() > deadline:
             return rows  # type: ignore[no-any-return]
-        time.sleep(0.1)
+        seen = len(rows)
+        time.sleep(0.3)
 
 
 def scenario(
