@@ -42,16 +42,16 @@ test: $(STAMP) compile lint
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-ext test-twins
 
 test-ext: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not cluster"
+	$(BIN)/python -m pytest -q -m "not slow and not cluster and not java"
 
 test-twins: $(STAMP)
-	FASTCOORD_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -m "not slow and not cluster"
+	FASTCOORD_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -m "not slow and not cluster and not java"
 
 test-slow: $(STAMP) compile  ## long checks (many SIGKILL rounds): CI runs them as a job of their own
 	$(BIN)/python -m pytest -q -m slow
 
-test-cluster: $(STAMP) compile  ## several nodes and many real clients at once: a CI job of their own
-	$(BIN)/python -m pytest -q -m cluster
+test-cluster: $(STAMP) compile  ## several nodes and many real clients (the Java client's too): a CI job of their own
+	$(BIN)/python -m pytest -q -m "(cluster or java) and not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check fastcoord tests benches setup.py

@@ -51,6 +51,7 @@ def test_benchmark_runs(cls: type, tmp_path: Path, monkeypatch: pytest.MonkeyPat
                 getattr(bench, name)(*cache, *combo)
 
 
+@pytest.mark.slow  # saturates both cores for a while: not beside the other suite's timings
 def test_cluster_run_smoke() -> None:
     """benches/cluster_run.py is a script, not an asv benchmark: run it tiny (half a
     second a phase, a few members a node) to prove that every phase and the report work."""

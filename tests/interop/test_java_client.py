@@ -27,6 +27,10 @@ from fastcoord.testing import ServerProcess, fastcoord_cluster, fastcoord_server
 from fastcoord.testing_java import JavaMember
 from tests.interop.test_cluster_routing import group_of
 
+# A JVM a member: CPU enough to starve the timing of the suites beside them, so they run
+# in the real-clients job (make test-cluster) rather than in make test.
+pytestmark = pytest.mark.java
+
 TOPIC = "orders"
 PARTITIONS = 6
 ALL = frozenset((TOPIC, p) for p in range(PARTITIONS))
