@@ -15,7 +15,7 @@ from pathlib import Path
 from fastcoord.client.admin import AdminClient
 from fastcoord.client.blocking import Connection
 from fastcoord.protocol.messages import MetadataRequest, MetadataResponse
-from fastcoord.testing import child_env, free_ports, start_cluster
+from fastcoord.testing import child_env, start_cluster
 
 
 def gone(pid: int, timeout: float = 15) -> bool:
@@ -73,12 +73,27 @@ def test_the_summary_the_nodes_a_restart_and_a_stop(tmp_path: Path) -> None:
     assert cluster.log().count("INFO fastcoord.server: stopped") == 2
 
 
+def taken_after_a_free_port() -> tuple[socket.socket, int]:
+    """A listening socket on some port P + 1 where P was free a moment ago: node 1's port
+    taken, node 0's free, for `fastcoord cluster --port P`."""
+    for _ in range(100):
+        holder = socket.socket()
+        try:
+            holder.bind(("127.0.0.1", 0))
+            port = holder.getsockname()[1] - 1
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", port))
+        except OSError:
+            holder.close()
+            continue
+        holder.listen()
+        return holder, port
+    raise AssertionError("no free port below a free port in 100 tries")
+
+
 def test_a_node_that_cannot_start_stops_the_start(tmp_path: Path) -> None:
-    (port,) = free_ports(1)
-    holder = socket.socket()
-    holder.bind(("127.0.0.1", port + 1))  # node 1's port, taken
-    holder.listen()
-    try:
+    holder, port = taken_after_a_free_port()
+    with holder:
         done = subprocess.run(
             [
                 sys.executable,
@@ -97,12 +112,12 @@ def test_a_node_that_cannot_start_stops_the_start(tmp_path: Path) -> None:
             env=child_env(),
             cwd=tmp_path,
         )
-    finally:
-        holder.close()
     assert done.returncode == 2, done.stdout + done.stderr
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("fastcoord cluster: cannot start: node 1: cannot start: port")
-    assert f"port {port + 1} on 127.0.0.1 is in use" in last
+    # Node 0's port could have been taken meanwhile by another process: either node's
+    # refusal stops the start, with its reason.
+    assert last.startswith("fastcoord cluster: cannot start: node "), last
+    assert "cannot start: port" in last and "on 127.0.0.1 is in use" in last, last
 
 
 def test_settings_it_sets_itself_are_refused() -> None:
