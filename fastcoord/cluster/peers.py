@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from fastcoord.client.blocking import Connection, PeerError
-from fastcoord.cluster.routing import Cluster, Node, describe
+from fastcoord.cluster.routing import OFFSETS_TOPIC, Cluster, Node, describe
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import MetadataRequest, MetadataRequestTopic, MetadataResponse
@@ -24,7 +24,6 @@ log = logging.getLogger("fastcoord.cluster")
 
 PEER_TIMEOUT_S = 2.0
 CLIENT_ID = "fastcoord-peer-check"
-OFFSETS_TOPIC = "__consumer_offsets"
 METADATA_VERSION = 9  # any version with cluster_id (v2+); the peer may serve fewer
 
 

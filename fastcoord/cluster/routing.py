@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+OFFSETS_TOPIC = "__consumer_offsets"  # Kafka's name: Metadata describes the routing under it
 LONE_CLUSTER_ID = "fastcoord-cluster"  # a lone server's, as before clusters existed
 CLUSTER_ID_PREFIX = "fastcoord-"  # clients (fastcoord's own) know a fastcoord by it
 MAX_NODES = 1024

@@ -29,7 +29,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,6 +124,7 @@ class Plan:
     restart_delay_ms: int
     pin: bool
     serve_args: list[str]  # every other setting, given to each node
+    shutdown_grace_ms: int = 5000  # each node's, as its settings give it
 
 
 def node_ports(plan: Plan) -> list[int]:
@@ -359,7 +359,7 @@ class Supervisor:
         pids = [n.pid for n in self.nodes if n.pid is not None and n.state != "stopped"]
         for pid in pids:
             _signal(pid, signal.SIGTERM)
-        grace = _grace_s(self.plan.serve_args) + STOP_SLACK_S
+        grace = self.plan.shutdown_grace_ms / 1000 + STOP_SLACK_S
         with trio.move_on_after(grace):
             while any(_alive(pid) for pid in pids):
                 await trio.sleep(0.05)
@@ -394,15 +394,6 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
     except (OSError, IndexError):
         return False
-
-
-def _grace_s(serve_args: Sequence[str]) -> float:
-    args = list(serve_args)
-    if "--shutdown-grace-ms" in args:
-        i = args.index("--shutdown-grace-ms")
-        if i + 1 < len(args) and args[i + 1].isdigit():
-            return int(args[i + 1]) / 1000
-    return 5.0
 
 
 def _die_with_parent() -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import struct
 import uuid
 
-from fastcoord.cluster.routing import Cluster
+from fastcoord.cluster.routing import OFFSETS_TOPIC, Cluster
 from fastcoord.config import ServerConfig
 from fastcoord.core.consumer.topics import topic_id_for
 from fastcoord.protocol.error_responses import error_response
@@ -57,7 +57,6 @@ from fastcoord.protocol.messages import (
 )
 from fastcoord.protocol.primitives import ZERO_UUID
 
-OFFSETS_TOPIC = "__consumer_offsets"
 MAX_TOPICS = 100_000  # topics created on request; a client cannot grow this without bound
 KEY_TYPE_GROUP = 0
 # Metadata v10 put topic ids and null names in the request, but Kafka's brokers answered
