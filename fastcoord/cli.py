@@ -435,14 +435,21 @@ def event_dirs(values: Sequence[str] | None) -> list[Path]:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from fastcoord.pipeline.report import make_report
+    from fastcoord.pipeline.report import Options, make_report
+    from fastcoord.pipeline.scope import WindowError, parse_window
 
+    try:
+        window = parse_window(args.window) if args.window is not None else None
+    except WindowError as exc:
+        print(f"fastcoord report: {exc}", file=sys.stderr)
+        return 2
     events = event_dirs(args.events)
     report = make_report(
         [Path(p) for p in args.run_dirs],
         events or None,
         Path(args.out),
         args.master,
+        options=Options(window=window, formation=args.formation, top=args.top),
     )
     return 0 if report.tables else 1
 
@@ -464,6 +471,24 @@ def _add_report(sub: Any) -> None:
     )
     p.add_argument("--out", default="report", metavar="DIR", help="where to write (report)")
     p.add_argument("--master", default="local[*]", metavar="URL", help="Spark master (local[*])")
+    p.add_argument(
+        "--window",
+        metavar="FROM:TO",
+        help="the steady window, in seconds of each run (e.g. 30:290; TO may be left out), "
+        "instead of the steady phase the load test recorded: the headline figures are its",
+    )
+    p.add_argument(
+        "--formation",
+        action="store_true",
+        help="the slowest rebalances include each group's first (its formation)",
+    )
+    p.add_argument(
+        "--top",
+        type=_positive(int),
+        default=20,
+        metavar="N",
+        help="rows of each long table on the page; the whole table is in its Parquet (20)",
+    )
     p.set_defaults(func=_report)
 
 

@@ -35,6 +35,7 @@ LATENCY = pa.schema(
         ("api", pa.string()),
         ("count", pa.int64()),
         ("errors", pa.int64()),
+        ("signals", pa.int64()),
         ("buckets", pa.list_(pa.int16())),
         ("counts", pa.list_(pa.int64())),
         ("sum_us", pa.int64()),
@@ -60,6 +61,7 @@ ERRORS = pa.schema(
         ("api", pa.string()),
         ("error_code", pa.int16()),
         ("error", pa.string()),
+        ("signal", pa.bool_()),
         ("group", pa.string()),
         ("member", pa.string()),
     ]
@@ -74,11 +76,21 @@ STATES_SCHEMA = pa.schema(
         ("cpu_s", pa.float64()),
     ]
 )
+SERVER = pa.schema(
+    [
+        ("time", TIME),
+        ("elapsed_s", pa.int32()),
+        ("node", pa.string()),
+        ("cpu_s", pa.float64()),
+        ("rss_bytes", pa.int64()),
+    ]
+)
 SCHEMAS = {
     "latency": LATENCY,
     "rebalances": REBALANCES,
     "errors": ERRORS,
     "states": STATES_SCHEMA,
+    "server": SERVER,
 }
 SUMMARY = "summary.json"
 PART = "part-{:05d}.parquet"

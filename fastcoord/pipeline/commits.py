@@ -1,6 +1,6 @@
-"""Offset commits: answered OffsetCommits per second of each run (the loadtest's latency
-rows of OffsetCommit), and per group what the server stored (its `offsets_committed`
-events: commits, offsets, the last one's time)."""
+"""Offset commits per group, as the server stored them (its `offsets_committed` events:
+commits, offsets, the last one's time). The commits the members had answered, per second,
+are the OffsetCommit rows of the latency figures."""
 
 from __future__ import annotations
 
@@ -11,26 +11,17 @@ from pyspark.sql import functions as F
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-OFFSET_COMMIT = "OffsetCommit"
-
-
-def per_second(latency: DataFrame) -> DataFrame:
-    """run, elapsed_s, commits (OffsetCommits answered that second)."""
-    return (
-        latency.where(F.col("api") == OFFSET_COMMIT)
-        .groupBy("run", "elapsed_s")
-        .agg(F.sum("count").alias("commits"))
-    )
-
 
 def per_group(events: DataFrame) -> DataFrame:
-    """group_id, commits, offsets, last_commit: from the server's event log."""
+    """run, group_id, commits, offsets, last_commit: from events scoped to runs, the
+    groups with most commits first."""
     return (
         events.where(F.col("kind") == "offsets_committed")
-        .groupBy("group_id")
+        .groupBy("run", "group_id")
         .agg(
             F.count("*").alias("commits"),
             F.sum("members").alias("offsets"),
             F.max("at").alias("last_commit"),
         )
+        .orderBy("run", F.col("commits").desc(), "group_id")
     )

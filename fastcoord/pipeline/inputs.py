@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from fastcoord.loadtest.results import SCHEMAS
 from fastcoord.server import event_files, event_log
 
-SUMMARY_SCHEMA_VERSION = 1
+SUMMARY_SCHEMA_VERSION = 2
 TABLES = tuple(SCHEMAS)  # latency, rebalances, errors, states
 COLUMNS = {table: set(schema.names) for table, schema in SCHEMAS.items()}
 EVENT_COLUMNS = set(event_log.SCHEMA.names) - event_files.ADDED  # older files lack those

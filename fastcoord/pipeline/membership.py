@@ -1,6 +1,6 @@
-"""Membership over time: joins, leaves, expirations and removals per 10-second window, as
-the server logged them, and members by state per second, as the loadtest's workers saw
-them (its `states` table)."""
+"""Membership over time: members by state per second, as the load test's workers saw them
+(its `states` table), and members joined, left, expired and removed per step of the run,
+as the server logged them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 
 from fastcoord.loadtest.results import STATES
+from fastcoord.pipeline.clock import elapsed_s
+from fastcoord.pipeline.latency import step_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -19,19 +21,26 @@ KINDS = {
     "member_expired": "expired",
     "member_removed": "removed",
 }
-WINDOW_MS = 10_000
 
 
-def server_changes(events: DataFrame) -> DataFrame:
-    """window (its start, a timestamp), joined, left, expired, removed."""
-    window = F.timestamp_millis(F.floor(F.unix_millis("at") / WINDOW_MS) * WINDOW_MS)
-    counted = events.where(F.col("kind").isin(*KINDS)).groupBy(window.alias("window"))
-    return counted.agg(
-        *(
-            F.sum(F.when(F.col("kind") == kind, 1).otherwise(0)).alias(name)
-            for kind, name in KINDS.items()
+def server_changes(events: DataFrame, starts: DataFrame, step_s: int) -> DataFrame:
+    """run, t (the step's last second of the run), joined, left, expired, removed: from
+    events scoped to runs (scope.py)."""
+    timed = (
+        events.where(F.col("kind").isin(*KINDS))
+        .join(F.broadcast(starts), "run")
+        .withColumn("t", step_of(elapsed_s(F.col("at"), F.col("start_ms")), step_s))
+    )
+    return (
+        timed.groupBy("run", "t")
+        .agg(
+            *(
+                F.sum(F.when(F.col("kind") == kind, 1).otherwise(0)).alias(name)
+                for kind, name in KINDS.items()
+            )
         )
-    ).orderBy("window")
+        .orderBy("run", "t")
+    )
 
 
 def client_states(states: DataFrame) -> DataFrame:

@@ -16,11 +16,11 @@ if TYPE_CHECKING:
 
 
 def per_node(events: DataFrame) -> DataFrame:
-    """node_id, events, groups, rebalances (completed: sync_completed), commits (stored:
+    """run, node_id, events, groups, rebalances (completed: sync_completed), commits (stored:
     offsets_committed), first and last (the times of its first and last event). A null
     node_id: rows whose file and directory both do not say."""
     return (
-        events.groupBy("node_id")
+        events.groupBy("run", "node_id")
         .agg(
             F.count("*").alias("events"),
             F.countDistinct("group_id").alias("groups"),
@@ -29,5 +29,5 @@ def per_node(events: DataFrame) -> DataFrame:
             F.min("at").alias("first"),
             F.max("at").alias("last"),
         )
-        .orderBy("node_id")
+        .orderBy("run", "node_id")
     )

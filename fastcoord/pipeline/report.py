@@ -1,15 +1,18 @@
 """`fastcoord report`: read the runs and the event logs (one server's, or each node's of a
-cluster, as one), compute every table on Spark, write them as Parquet under --out, draw the
-charts, write report.html, print a summary.
+cluster, as one), compute every table on Spark, write them as Parquet under --out, write
+report.html (pipeline/page.py), print a summary.
 
 Spark does the work that grows with the data (every row of every run); what comes back to
-this process is the tables it wrote, which are aggregates: a row per API and 10-second
-window, per group-size bucket, per second of a run, the slowest rebalances.
+this process is small: a row per API and phase, a point per API and step of the time
+charts, per group-size bucket; the long tables (every rebalance, every group's commits)
+stay in Parquet, and the page reads their first rows only.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -23,60 +26,149 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fastcoord.pipeline import charts, compare, html
+from fastcoord.pipeline import compare, html
 from fastcoord.pipeline.inputs import Inputs, open_inputs
 from fastcoord.pipeline.offsets import nodes_offsets
+from fastcoord.pipeline.scope import Scope, headline, scope_of
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from fastcoord.pipeline.tables import Tables
+
+MAX_POINTS = 600  # per series of the time charts: a long run's seconds are stepped
+TOP = 20  # rows of a long table on the page (the whole table is in its Parquet)
+# The long tables: the page reads their first TOP rows (each is written in its order).
+LONG = ("rebalances_client", "rebalances_server", "group_commits", "committed_offsets")
 
 
 @dataclass
 class Report:
     out: Path
     tables: dict[str, Path] = field(default_factory=dict)  # name -> Parquet directory
-    charts: dict[str, Path] = field(default_factory=dict)
     html: Path | None = None
     problems: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # where the time went
+    scopes: list[Scope] = field(default_factory=list)
+    step_s: int = 1
+    totals: dict[str, int] = field(default_factory=dict)  # rows of each long table
 
 
-def _computations(t: Tables) -> dict[str, Callable[[], DataFrame]]:
-    from fastcoord.pipeline import commits, errors, latency, membership, nodes, rebalances
+@dataclass(frozen=True)
+class Options:
+    """What the command line asks of the report beyond its inputs."""
+
+    window: tuple[float, float | None] | None = None  # --window: the steady window
+    formation: bool = False  # --formation: the slowest list includes groups' formation
+    top: int = TOP
+
+
+def _computations(
+    t: Tables,
+    spark: SparkSession,
+    scopes: list[Scope],
+    step_s: int,
+    options: Options,
+) -> dict[str, Callable[[], DataFrame]]:
+    from pyspark.sql import functions as F
+
+    from fastcoord.pipeline import (
+        commits,
+        errors,
+        latency,
+        membership,
+        nodes,
+        rebalances,
+        usage,
+    )
     from fastcoord.pipeline.clock import run_starts
 
-    def starts() -> DataFrame:
-        return run_starts(t.latency, t.states)
-
-    def server() -> DataFrame:
-        return rebalances.server_side(t.events)
-
-    def client() -> DataFrame:
-        return rebalances.client_side(t.rebalances)
-
+    # Small frames every job joins: built once here from what came back.
+    starts = spark.createDataFrame(
+        [(r.run, r.start_ms) for r in run_starts(t.latency, t.states).collect()],
+        "run string, start_ms long",
+    )
+    lengths = spark.createDataFrame(
+        [(s.run, s.windows["run"].last_s) for s in scopes], "run string, last_s int"
+    )
+    windows = spark.createDataFrame(
+        [
+            (s.run, w.phase, w.first_s, w.last_s, w.seconds, w.source)
+            for s in scopes
+            for w in s.windows.values()
+        ],
+        "run string, phase string, first_s int, last_s int, seconds int, source string",
+    )
+    client = rebalances.client_side(t.rebalances, starts).cache()
+    server = rebalances.server_side(t.events).cache()
     return {
-        "latency_run": lambda: latency.over_run(t.latency),
-        "latency_windows": lambda: latency.by_window(t.latency),
+        "phases": lambda: windows,
+        "latency_phases": lambda: latency.by_phase(t.latency, windows),
+        "latency_series": lambda: latency.series(t.latency, lengths, step_s),
         "errors_by_api": lambda: errors.by_api(t.latency, t.errors),
         "errors_by_code": lambda: errors.by_code(t.errors),
-        "errors_windows": lambda: errors.by_code_window(t.errors, starts()),
-        "commits_per_second": lambda: commits.per_second(t.latency),
-        "group_commits": lambda: commits.per_group(t.events),
+        "errors_series": lambda: errors.by_code_series(t.errors, starts, step_s),
         "member_states": lambda: membership.client_states(t.states),
-        "membership_server": lambda: membership.server_changes(t.events),
-        "rebalances_client": client,
-        "rebalance_sizes_client": lambda: rebalances.by_size(client(), ["run"]),
-        "rebalances_server": server,
-        "rebalance_sizes_server": lambda: rebalances.by_size(server(), []),
-        "slowest_rebalances": lambda: rebalances.slowest(server()),
+        "rebalances_client": lambda: client.orderBy("run", F.col("duration_ms").desc()),
+        "rebalance_sizes_client": lambda: rebalances.by_size(client, ["run"]),
+        "rebalance_distribution": lambda: rebalances.distribution(client),
+        "rebalances_over_time": lambda: rebalances.in_progress(client, lengths, step_s),
+        "rebalances_server": lambda: server.orderBy("run", F.col("duration_ms").desc()),
+        "rebalance_sizes_server": lambda: rebalances.by_size(server, ["run"]),
+        "slowest_rebalances": lambda: rebalances.slowest(server, options.formation, options.top),
+        "membership_server": lambda: membership.server_changes(t.events, starts, step_s),
+        "group_commits": lambda: commits.per_group(t.events),
         "events_by_node": lambda: nodes.per_node(t.events),
+        "event_scope": lambda: _event_scope(t),
+        "server_series": lambda: usage.series(t.server, step_s),
+        "server_phases": lambda: usage.by_phase(t.server, windows),
     }
 
 
-def _rows(path: Path) -> list[dict[str, Any]]:
-    return pq.read_table(path).to_pylist() if path.exists() else []
+def _event_scope(t: Tables) -> DataFrame:
+    """run, events: each run's share of the event logs, and a row with run null for the
+    events of no run (other groups, other times), which the report left out."""
+    from pyspark.sql import functions as F
+
+    from fastcoord.pipeline.tables import of_no_run
+
+    kept = t.events.groupBy("run").agg(F.count("*").alias("events"))
+    left_out = of_no_run(t.every_event, t.scopes).agg(F.count("*").alias("events"))
+    return kept.unionByName(left_out.select(F.lit(None).cast("string").alias("run"), "events"))
+
+
+def _rows(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """A Parquet directory's rows in its part files' order (Spark writes a sorted frame's
+    parts in order), the first `limit` of them."""
+    if not path.exists():
+        return []
+    rows: list[dict[str, Any]] = []
+    for part in sorted(path.glob("part-*.parquet")):
+        rows += pq.read_table(part).to_pylist()
+        if limit is not None and len(rows) >= limit:
+            return rows[:limit]
+    return rows
+
+
+def _count(path: Path) -> int:
+    return sum(pq.read_metadata(p).num_rows for p in path.glob("part-*.parquet"))
+
+
+def _last_seconds(spark: SparkSession, t: Tables) -> dict[str, int]:
+    """Each run's last second (of its latency and states rows)."""
+    from pyspark.sql import functions as F
+
+    stamped = t.latency.select("run", "elapsed_s").unionByName(t.states.select("run", "elapsed_s"))
+    return {
+        r.run: int(r.last_s or 0)
+        for r in stamped.groupBy("run").agg(F.max("elapsed_s").alias("last_s")).collect()
+    }
+
+
+def _write(path: Path, table: pa.Table) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    pq.write_table(table, path / "part-00000.parquet")
 
 
 def make_report(
@@ -85,7 +177,9 @@ def make_report(
     out: Path,
     master: str,
     console: Console | None = None,
+    options: Options | None = None,
 ) -> Report:
+    options = options or Options()
     console = console or Console(stderr=True)
     report = Report(out)
     clock = time.monotonic()
@@ -94,6 +188,7 @@ def make_report(
     for problem in inputs.problems:
         console.print(f"[yellow]left out:[/] {problem}", highlight=False)
     out.mkdir(parents=True, exist_ok=True)
+    rows: dict[str, list[dict[str, Any]]] = {}
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -111,8 +206,18 @@ def make_report(
         spark = spark_session(master)
         report.seconds["spark start"] = time.monotonic() - clock
         try:
+            started = time.monotonic()
+            progress.update(task, description="reading the runs' lengths")
+            summaries = {run.name: run.summary for run in inputs.runs}
             tables = load(spark, inputs)
-            for name, compute in _computations(tables).items():
+            last = _last_seconds(spark, tables)
+            report.scopes = [
+                scope_of(run, summaries[run], last.get(run, 1), options.window) for run in summaries
+            ]
+            report.step_s = max(1, math.ceil(max(last.values(), default=1) / MAX_POINTS))
+            report.seconds["lengths"] = time.monotonic() - started
+            computations = _computations(tables, spark, report.scopes, report.step_s, options)
+            for name, compute in computations.items():
                 started = time.monotonic()
                 progress.update(task, description=f"computing {name}")
                 path = out / "tables" / name
@@ -122,36 +227,51 @@ def make_report(
         finally:
             if ours:
                 spark.stop()
-        started = time.monotonic()
-        progress.update(task, description="drawing the charts")
-        rows = {name: _rows(path) for name, path in report.tables.items()}
-        _charts(report, rows)
-        report.seconds["charts"] = time.monotonic() - started
-    # Each node's offsets log is beside its event log, in its data directory.
-    data_dirs = [(d.path.parent, d.node) for d in inputs.event_dirs if d.path.is_dir()]
-    if data_dirs:
-        final = nodes_offsets(data_dirs, report.problems)
-        if final is not None:
-            path = out / "tables" / "committed_offsets"
-            shutil.rmtree(path, ignore_errors=True)
-            path.mkdir(parents=True)
-            pq.write_table(final, path / "part-00000.parquet")
-            report.tables["committed_offsets"] = path
-            rows["committed_offsets"] = final.to_pylist()
-    rows.setdefault("committed_offsets", [])
-    comparison = _comparison(inputs, rows)
+    for name, path in report.tables.items():
+        rows[name] = _rows(path, options.top if name in LONG else None)
+        if name in LONG:
+            report.totals[name] = _count(path)
+    _offsets(report, inputs, rows, options)
+    comparison = _comparison(report.scopes, rows)
     if comparison:
         path = out / "tables" / "comparison"
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-        pq.write_table(_arrow(comparison), path / "part-00000.parquet")
+        _write(path, _arrow(comparison))
         report.tables["comparison"] = path
+    started = time.monotonic()
+    from fastcoord.pipeline.page import render
+
     report.html = out / "report.html"
-    report.html.write_text(_page(report, inputs, rows, comparison))
+    report.html.write_text(render(report, rows, comparison, options))
+    report.seconds["page"] = time.monotonic() - started
     report.seconds["total"] = time.monotonic() - clock
     (out / "timings.json").write_text(json.dumps(report.seconds, indent=1) + "\n")
-    _summary(console, inputs, rows, comparison, report)
+    _summary(report, rows, comparison)
     return report
+
+
+def _offsets(
+    report: Report, inputs: Inputs, rows: dict[str, list[dict[str, Any]]], options: Options
+) -> None:
+    """The final committed offsets of each run's groups, from each node's offsets log
+    (beside its event log, in its data directory)."""
+    rows["committed_offsets"] = []
+    data_dirs = [(d.path.parent, d.node) for d in inputs.event_dirs if d.path.is_dir()]
+    if not data_dirs:
+        return
+    final = nodes_offsets(data_dirs, report.problems)
+    if final is None:
+        return
+    parts = []
+    for scope in report.scopes:
+        pattern = re.compile(scope.group_pattern) if scope.group_pattern else None
+        mine = [r for r in final.to_pylist() if pattern is None or pattern.match(r["group_id"])]
+        parts += [{"run": scope.run, **r} for r in mine]
+    schema = pa.schema([pa.field("run", pa.string()), *final.schema])
+    path = report.out / "tables" / "committed_offsets"
+    _write(path, pa.Table.from_pylist(parts, schema=schema))
+    report.tables["committed_offsets"] = path
+    report.totals["committed_offsets"] = len(parts)
+    rows["committed_offsets"] = parts[: options.top]
 
 
 def _arrow(rows: list[dict[str, Any]]) -> pa.Table:
@@ -164,46 +284,26 @@ def _arrow(rows: list[dict[str, Any]]) -> pa.Table:
     )
 
 
-def _charts(report: Report, rows: dict[str, list[dict[str, Any]]]) -> None:
-    directory = report.out / "charts"
-    directory.mkdir(exist_ok=True)
-    report.charts = {
-        "latency": charts.latency_over_time(rows["latency_windows"], directory / "latency.png"),
-        "rebalances": charts.rebalance_by_size(
-            rows["rebalance_sizes_client"], directory / "rebalances.png"
-        ),
-        "members": charts.members_by_state(rows["member_states"], directory / "members.png"),
-        "errors": charts.errors_over_time(rows["errors_windows"], directory / "errors.png"),
-    }
-
-
-def _commit_rates(inputs: Inputs, rows: dict[str, list[dict[str, Any]]]) -> dict[str, float | None]:
-    rates: dict[str, float | None] = {}
-    for run in inputs.runs:
-        seconds = [r["commits"] for r in rows["commits_per_second"] if r["run"] == run.name]
-        rates[run.name] = sum(seconds) / len(seconds) if seconds else None
-    return rates
-
-
-def _comparison(inputs: Inputs, rows: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    names = [run.name for run in inputs.runs]
-    if len(names) < 2:
+def _comparison(scopes: list[Scope], rows: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    if len(scopes) < 2:
         return []
+    headlines = {s.run: headline(s).phase for s in scopes}
     return compare.figures(
-        names,
-        rows["latency_run"],
+        [s.run for s in scopes],
+        [r for r in rows["latency_phases"] if headlines.get(r["run"]) == r["phase"]],
         rows["errors_by_api"],
-        rows["rebalance_sizes_client"],
-        _commit_rates(inputs, rows),
+        [r for r in rows["rebalance_sizes_client"] if not r["formation"]],
     )
 
 
 LATENCY_COLUMNS = [
     "run",
+    "phase",
     "api",
     "count",
+    "requests_per_s",
     "errors",
-    "mean_ms",
+    "signals",
     "p50_ms",
     "p99_ms",
     "p99_9_ms",
@@ -211,86 +311,45 @@ LATENCY_COLUMNS = [
 ]
 
 
-def _page(
-    report: Report,
-    inputs: Inputs,
-    rows: dict[str, list[dict[str, Any]]],
-    comparison: list[dict[str, Any]],
-) -> str:
-    sections = [
-        ("Latency over the run", html.table(rows["latency_run"], LATENCY_COLUMNS)),
-        ("Latency over time", html.chart(report.charts["latency"], "p99 per 10 s")),
-        (
-            "Rebalances as the members saw them",
-            html.table(rows["rebalance_sizes_client"])
-            + html.chart(report.charts["rebalances"], "rebalance duration by group size"),
-        ),
-        ("The event log, node by node", html.table(rows["events_by_node"])),
-        ("Rebalances as the server ran them", html.table(rows["rebalance_sizes_server"])),
-        ("Slowest rebalances", html.table(rows["slowest_rebalances"])),
-        (
-            "Members",
-            html.chart(report.charts["members"], "members by state")
-            + html.table(rows["membership_server"][:200]),
-        ),
-        (
-            "Errors",
-            html.table(rows["errors_by_api"])
-            + html.table(rows["errors_by_code"])
-            + html.chart(report.charts["errors"], "errors per 10 s"),
-        ),
-        (
-            "Commits",
-            html.table(
-                [{"run": k, "OffsetCommits/s": v} for k, v in _commit_rates(inputs, rows).items()]
-            )
-            + html.table(sorted(rows["group_commits"], key=lambda r: r["group_id"])[:500]),
-        ),
-        (
-            "Final committed offsets (from the offsets log; the first 500)",
-            html.table(rows["committed_offsets"][:500]),
-        ),
-    ]
-    if comparison:
-        sections.insert(0, ("Runs compared (ratio: against the first)", html.table(comparison)))
-    runs = ", ".join(run.name for run in inputs.runs)
-    return html.page(f"fastcoord report: {runs}", sections, report.problems)
-
-
 def _summary(
-    console: Console,
-    inputs: Inputs,
-    rows: dict[str, list[dict[str, Any]]],
-    comparison: list[dict[str, Any]],
-    report: Report,
+    report: Report, rows: dict[str, list[dict[str, Any]]], comparison: list[dict[str, Any]]
 ) -> None:
+    """The terminal's summary: each run's headline window, per API."""
     out = Console()
     if not out.is_terminal:  # a log or a pipe: wide enough that no column is cut
         out = Console(width=160)
-    table = Table(title="latency over the run (ms, from merged histograms)")
-    for column in LATENCY_COLUMNS:
-        table.add_column(column, justify="left" if column in ("run", "api") else "right")
-    for row in sorted(rows["latency_run"], key=lambda r: (r["run"], r["api"])):
-        table.add_row(*(html.cell(row[c]) for c in LATENCY_COLUMNS))
-    out.print(table)
-    if rows["rebalance_sizes_client"]:
-        sizes = Table(title="rebalances as the members saw them (ms)")
+    for scope in report.scopes:
+        window = headline(scope)
+        table = Table(
+            title=f"{scope.run}: {window.phase}, seconds {window.first_s}-{window.last_s} "
+            f"({window.source}) (ms, from merged histograms)"
+        )
+        columns = [c for c in LATENCY_COLUMNS if c not in ("run", "phase")]
+        for column in columns:
+            table.add_column(column, justify="left" if column == "api" else "right")
+        for row in sorted(
+            (
+                r
+                for r in rows["latency_phases"]
+                if r["run"] == scope.run and r["phase"] == window.phase
+            ),
+            key=lambda r: r["api"],
+        ):
+            table.add_row(*(html.cell(row[c]) for c in columns))
+        out.print(table)
+        for note in scope.notes:
+            out.print(note, highlight=False, markup=False)
+    sizes = [r for r in rows["rebalance_sizes_client"] if not r["formation"]]
+    if sizes:
+        table = Table(title="rebalances after the groups formed, as the members saw them (ms)")
         columns = ["run", "size", "rebalances", "p50_ms", "p99_ms", "max_ms"]
         for column in columns:
-            sizes.add_column(column, justify="left" if column in ("run", "size") else "right")
-        for row in rows["rebalance_sizes_client"]:
-            sizes.add_row(*(html.cell(row[c]) for c in columns))
-        out.print(sizes)
-    if len(rows["events_by_node"]) > 1:  # a cluster's logs: what each node gave
-        by_node = Table(title="the event log, node by node")
-        columns = ["node_id", "events", "groups", "rebalances", "commits"]
-        for column in columns:
-            by_node.add_column(column, justify="right")
-        for row in rows["events_by_node"]:
-            by_node.add_row(*(html.cell(row[c]) for c in columns))
-        out.print(by_node)
+            table.add_column(column, justify="left" if column in ("run", "size") else "right")
+        for row in sizes:
+            table.add_row(*(html.cell(row[c]) for c in columns))
+        out.print(table)
     if comparison:
-        runs = [run.name for run in inputs.runs]
+        runs = [s.run for s in report.scopes]
         compared = Table(title="runs compared")
         columns = ["figure", *runs, *(f"ratio {r}" for r in runs[1:])]
         for column in columns:

@@ -1,8 +1,14 @@
 """Run directories of generated data, written as `fastcoord loadtest` writes them, and the
-same data kept in Python to compute each statistic directly."""
+same data kept in Python to compute each statistic directly.
+
+A generated run's members ramp up to TARGET, stand stable, then leave, and its summary's
+phases say so as the load test would (joining up to the first second with every member
+stable, leaving for its last seconds); its groups are PREFIX-NNNN, as the load test names
+them."""
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +22,14 @@ from fastcoord.loadtest.results import SCHEMAS
 
 START_MS = 1_764_000_000_000
 APIS = ("Heartbeat", "JoinGroup", "SyncGroup", "OffsetCommit")
+PREFIX = "gen"
+TARGET = 150  # members
+NODE = "127.0.0.1:9644"  # the admin port the server samples come from
+
+
+def group(n: int) -> str:
+    """The load test's name of group n."""
+    return f"{PREFIX}-{n:04d}"
 
 
 @dataclass
@@ -24,6 +38,8 @@ class GeneratedRun:
     # (api, elapsed_s) -> the second's histogram, for the Python side of each check
     seconds: dict[tuple[str, int], Histogram] = field(default_factory=dict)
     errors: dict[tuple[str, int], int] = field(default_factory=dict)
+    signals: dict[tuple[str, int], int] = field(default_factory=dict)
+    summary: dict[str, object] = field(default_factory=dict)
 
 
 def latency_run(path: Path, seconds: int, seed: int, parts: int = 3) -> GeneratedRun:
@@ -44,8 +60,10 @@ def latency_run(path: Path, seconds: int, seed: int, parts: int = 3) -> Generate
             hist = Histogram()
             hist.add_us(latencies.astype(np.int64))
             errors = rng.randrange(0, 5)
+            signals = rng.randrange(0, 7)
             run.seconds[(api, second)] = hist
             run.errors[(api, second)] = errors
+            run.signals[(api, second)] = signals
             buckets, counts = hist.nonzero()
             rows.append(
                 {
@@ -54,6 +72,7 @@ def latency_run(path: Path, seconds: int, seed: int, parts: int = 3) -> Generate
                     "api": api,
                     "count": hist.count,
                     "errors": errors,
+                    "signals": signals,
                     "buckets": buckets.tolist(),
                     "counts": counts.tolist(),
                     "sum_us": hist.sum_us,
@@ -61,8 +80,30 @@ def latency_run(path: Path, seconds: int, seed: int, parts: int = 3) -> Generate
                 }
             )
     write_table(path / "latency", rows, SCHEMAS["latency"], parts)
-    (path / "summary.json").write_text('{"schema_version": 1, "complete": true}\n')
+    run.summary = {
+        "schema_version": 2,
+        "complete": True,
+        "outcome": "completed",
+        "config": {"members": TARGET, "group_prefix": PREFIX, "group_protocol": "classic"},
+        "started": iso(START_MS),
+        "ended": iso(START_MS + seconds * 1000 + 400),
+        "phases": {"joining": None, "steady": None, "leaving": None},
+        "steady_by": None,
+        "thresholds": {"max_error_rate": None, "max_p99_ms": None},
+        "faults": None,
+    }
+    write_summary(run)
     return run
+
+
+def iso(epoch_ms: int) -> str:
+    from fastcoord.loadtest.summary import iso as summary_iso
+
+    return summary_iso(epoch_ms)
+
+
+def write_summary(run: GeneratedRun) -> None:
+    (run.path / "summary.json").write_text(json.dumps(run.summary) + "\n")
 
 
 def write_table(
@@ -75,12 +116,24 @@ def write_table(
         pq.write_table(table, directory / f"part-{i // size:05d}.parquet")
 
 
-ERROR_NAMES = {25: "UNKNOWN_MEMBER_ID", 27: "REBALANCE_IN_PROGRESS", 22: "ILLEGAL_GENERATION"}
+ERROR_NAMES = {
+    25: "UNKNOWN_MEMBER_ID",
+    27: "REBALANCE_IN_PROGRESS",
+    22: "ILLEGAL_GENERATION",
+    79: "MEMBER_ID_REQUIRED",
+}
+SIGNALS = {27, 79}
+
+
+def joined_by(seconds: int) -> int:
+    """The second in which a generated run's members all stand stable."""
+    return max(1, seconds // 4)
 
 
 def other_tables(run: GeneratedRun, seconds: int, seed: int) -> dict[str, list[dict[str, object]]]:
-    """errors, states and rebalances rows for a run written by latency_run (kept as rows,
-    so that each check can compute its statistic from them directly)."""
+    """errors, states, rebalances and server rows for a run written by latency_run (kept
+    as rows, so that each check can compute its statistic from them directly), and its
+    summary's phases: joining to joined_by(seconds), leaving for the last two seconds."""
     rng = random.Random(seed + 1000)
     errors = [
         {
@@ -88,31 +141,52 @@ def other_tables(run: GeneratedRun, seconds: int, seed: int) -> dict[str, list[d
             "api": rng.choice(APIS),
             "error_code": (code := rng.choice(list(ERROR_NAMES))),
             "error": ERROR_NAMES[code],
-            "group": f"g{rng.randrange(5)}",
+            "signal": code in SIGNALS,
+            "group": group(rng.randrange(5)),
             "member": f"m{rng.randrange(50)}",
         }
         for second in range(1, seconds + 1)
         for _ in range(rng.randrange(0, 6))
     ]
-    states = [
-        {
-            "time": START_MS + second * 1000,
-            "elapsed_s": second,
-            "unjoined": rng.randrange(10),
-            "joining": rng.randrange(10),
-            "syncing": rng.randrange(10),
-            "stable": rng.randrange(100),
-            "leaving": 0,
-            "stopped": rng.randrange(3),
-            "connections": 7,
-            "requests": rng.randrange(1000),
-            "cpu_s": rng.random(),
-        }
-        for second in range(1, seconds + 1)
-    ]
+    joined, leaving = joined_by(seconds), seconds - 1
+    states = []
+    for second in range(1, seconds + 1):
+        stable = min(TARGET, TARGET * second // joined)
+        if second >= leaving:
+            stable = rng.randrange(TARGET // 2)
+        rest = TARGET - stable
+        joining = rng.randrange(rest + 1)
+        states.append(
+            {
+                "time": START_MS + second * 1000,
+                "elapsed_s": second,
+                "unjoined": 0,
+                "joining": joining if second < leaving else 0,
+                "syncing": rest - joining if second < leaving else 0,
+                "stable": stable,
+                "leaving": rest if second >= leaving else 0,
+                "stopped": 0,
+                "connections": 7,
+                "requests": rng.randrange(1000),
+                "cpu_s": rng.random(),
+            }
+        )
+    cpu = 0.0
+    server = []
+    for second in range(1, seconds + 1):
+        cpu += rng.random()
+        server.append(
+            {
+                "time": START_MS + second * 1000 + rng.randrange(0, 200),
+                "elapsed_s": second,
+                "node": NODE,
+                "cpu_s": cpu,
+                "rss_bytes": 50_000_000 + rng.randrange(10_000_000),
+            }
+        )
     rebalances = []
-    for group in range(6):
-        size = (1, 3, 12, 40, 7, 150)[group]
+    for g in range(6):
+        size = (1, 3, 12, 40, 7, 150)[g]
         for generation in range(1, rng.randrange(2, 5)):
             start = START_MS + rng.randrange(0, seconds * 1000)
             for member in range(size):
@@ -122,8 +196,8 @@ def other_tables(run: GeneratedRun, seconds: int, seed: int) -> dict[str, list[d
                         "time": began + rng.randrange(1, 3000),
                         "started": began,
                         "duration_ms": 0,
-                        "group": f"g{group}",
-                        "member": f"g{group}-m{member}",
+                        "group": group(g),
+                        "member": f"{group(g)}-m{member}",
                         "instance_id": None,
                         "generation": generation,
                         "reason": "joining",
@@ -132,9 +206,16 @@ def other_tables(run: GeneratedRun, seconds: int, seed: int) -> dict[str, list[d
                 )
     for row in rebalances:
         row["duration_ms"] = int(row["time"]) - int(row["started"])  # type: ignore[call-overload]
-    tables = {"errors": errors, "states": states, "rebalances": rebalances}
+    tables = {"errors": errors, "states": states, "rebalances": rebalances, "server": server}
     for table, rows in tables.items():
         write_table(run.path / table, rows, SCHEMAS[table], 2)
+    run.summary["phases"] = {
+        "joining": {"first_s": 1, "last_s": joined},
+        "steady": {"first_s": joined + 1, "last_s": leaving - 1},
+        "leaving": {"first_s": leaving, "last_s": seconds},
+    }
+    run.summary["steady_by"] = "members"
+    write_summary(run)
     return tables
 
 
@@ -154,39 +235,37 @@ def event_rows(seed: int, groups: range = range(8)) -> list[dict[str, object]]:
     rng = random.Random(seed)
     rows: list[dict[str, object]] = []
     at = START_MS
-    for group in groups:
+    for n in groups:
         members = 0
         for generation in range(1, rng.randrange(2, 6)):
             at += rng.randrange(100, 5000)
             started = at
             rows.append(
-                _event(at, "rebalance_started", group, None, generation - 1, members, 0, "join")
+                _event(at, "rebalance_started", n, None, generation - 1, members, 0, "join")
             )
             for m in range(rng.randrange(1, 30)):
                 at += rng.randrange(1, 200)
                 kind = "member_expired" if rng.random() < 0.1 else "member_joined"
                 members += 1 if kind == "member_joined" else -1 if members else 0
                 rows.append(
-                    _event(at, kind, group, f"g{group}-m{m}-{generation}", -1, members, 0, "")
+                    _event(at, kind, n, f"{group(n)}-m{m}-{generation}", -1, members, 0, "")
                 )
             at += rng.randrange(1, 300)
             rows.append(
-                _event(
-                    at, "rebalance_completed", group, None, generation, members, at - started, ""
-                )
+                _event(at, "rebalance_completed", n, None, generation, members, at - started, "")
             )
             at += rng.randrange(1, 300)
             rows.append(
-                _event(at, "sync_completed", group, None, generation, members, at - started, "")
+                _event(at, "sync_completed", n, None, generation, members, at - started, "")
             )
             for _ in range(rng.randrange(0, 4)):
                 at += rng.randrange(1, 1000)
                 rows.append(
-                    _event(at, "offsets_committed", group, None, -1, rng.randrange(1, 20), 0, "")
+                    _event(at, "offsets_committed", n, None, -1, rng.randrange(1, 20), 0, "")
                 )
             if rng.random() < 0.3:
                 at += 10
-                rows.append(_event(at, "member_left", group, f"g{group}-leaver", -1, 0, 0, ""))
+                rows.append(_event(at, "member_left", n, f"{group(n)}-leaver", -1, 0, 0, ""))
     return rows
 
 
@@ -216,7 +295,7 @@ def write_events(
 def _event(
     at: int,
     kind: str,
-    group: int,
+    n: int,
     member: str | None,
     generation: int,
     members: int,
@@ -226,7 +305,7 @@ def _event(
     return {
         "at": at,
         "kind": kind,
-        "group_id": f"g{group}",
+        "group_id": group(n),
         "member_id": member,
         "generation": generation,
         "members": members,

@@ -1,5 +1,5 @@
 """Latency percentiles on Spark equal those of the loadtest's own Histogram, merged in
-Python from the same seconds: per 10-second window and over the run."""
+Python from the same seconds: per step of the time charts and over each phase."""
 
 from __future__ import annotations
 
@@ -55,30 +55,56 @@ def two_runs(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     return runs, load(spark, inputs)
 
 
-def test_percentiles_over_the_run(two_runs: Any) -> None:
+PHASES = {"a": {"joining": (1, 8), "steady": (9, 33), "run": (1, 35)}, "b": {"run": (1, 23)}}
+
+
+def test_percentiles_over_each_phase(spark: Any, two_runs: Any) -> None:
     runs, tables = two_runs
-    got = {(r.run, r.api): r for r in latency.over_run(tables.latency).collect()}
+    windows = spark.createDataFrame(
+        [
+            (run, phase, first, last, last - first + 1)
+            for run, phases in PHASES.items()
+            for phase, (first, last) in phases.items()
+        ],
+        "run string, phase string, first_s int, last_s int, seconds int",
+    )
+    got = {(r.run, r.phase, r.api): r for r in latency.by_phase(tables.latency, windows).collect()}
+    checked = 0
     for run in runs:
-        for api in {a for a, _ in run.seconds}:
-            want = merged(run, api)
-            row = got[(run.path.name, api)]
-            assert row["count"] == want.count
-            assert row.errors == sum(e for (a, _), e in run.errors.items() if a == api)
-            for name, q in latency.QUANTILES.items():
-                assert close(row[name], want.percentile_ms(q)), (run.path.name, api, name)
-            assert close(row.max_ms, want.max_ms)
+        name = run.path.name
+        for phase, (first, last) in PHASES[name].items():
+            seconds = range(first, last + 1)
+            for api in {a for a, s in run.seconds if s in seconds}:
+                want = merged(run, api, seconds)
+                row = got[(name, phase, api)]
+                assert row["count"] == want.count
+                assert row.seconds == len(seconds)
+                assert row.requests_per_s == want.count / len(seconds)
+                for table, column in ((run.errors, "errors"), (run.signals, "signals")):
+                    assert row[column] == sum(
+                        n for (a, s), n in table.items() if a == api and s in seconds
+                    )
+                assert row.error_rate == (row.errors / want.count if want.count else None)
+                for figure, q in latency.QUANTILES.items():
+                    assert close(row[figure], want.percentile_ms(q)), (name, phase, api, figure)
+                assert close(row.max_ms, want.max_ms)
+                checked += 1
+    assert checked == len(got) > 10
 
 
-def test_percentiles_per_window(two_runs: Any) -> None:
+def test_percentiles_per_step(spark: Any, two_runs: Any) -> None:
     runs, tables = two_runs
-    rows = latency.by_window(tables.latency).collect()
-    assert {r.window_s for r in rows} == {1, 11, 21, 31}
+    lengths = spark.createDataFrame([("a", 35), ("b", 23)], "run string, last_s int")
+    rows = latency.series(tables.latency, lengths, 10).collect()
+    assert {r.t for r in rows} == {10, 20, 30, 40}
     checked = 0
     for row in rows:
         run = next(r for r in runs if r.path.name == row.run)
-        want = merged(run, row.api, range(row.window_s, row.window_s + latency.WINDOW_S))
+        want = merged(run, row.api, range(row.t - 9, row.t + 1))
         assert row["count"] == want.count
+        assert row.seconds == min(10, {"a": 35, "b": 23}[row.run] - row.t + 10)
+        assert row.requests_per_s == want.count / row.seconds
         for name, q in latency.QUANTILES.items():
-            assert close(row[name], want.percentile_ms(q)), (row.run, row.api, row.window_s)
+            assert close(row[name], want.percentile_ms(q)), (row.run, row.api, row.t)
         checked += 1
     assert checked == len({(r.path.name, a, (s - 1) // 10) for r in runs for a, s in r.seconds})

@@ -24,7 +24,16 @@ from fastcoord.pipeline.tables import load
 from fastcoord.server.event_files import REPLACES
 from fastcoord.storage import segment
 
-from .generated import START_MS, event_rows, latency_run, other_tables, write_events
+from .generated import (
+    START_MS,
+    event_rows,
+    group,
+    iso,
+    latency_run,
+    other_tables,
+    write_events,
+    write_summary,
+)
 
 MASTER = "local[1]"
 GROUPS = 8  # per node, each its own: a group lives on one node
@@ -98,7 +107,9 @@ def rows_of(frame: Any) -> list[str]:
 
 SERVER_SIDE: dict[str, Callable[[Any], Any]] = {
     "group_commits": commits.per_group,
-    "membership_server": membership.server_changes,
+    "membership_server": lambda e: membership.server_changes(
+        e, e.sparkSession.createDataFrame([("", START_MS)], "run string, start_ms long"), 10
+    ),
     "rebalances_server": rebalances.server_side,
     "rebalance_sizes_server": lambda e: rebalances.by_size(rebalances.server_side(e), []),
 }
@@ -117,7 +128,7 @@ def test_the_slowest_rebalances_are_the_slowest_of_every_node(cluster: dict[str,
     def slowest(events: Any) -> list[Any]:
         return [
             r.asDict(recursive=True)
-            for r in rebalances.slowest(rebalances.server_side(events)).collect()
+            for r in rebalances.slowest(rebalances.server_side(events), True).collect()
         ]
 
     got = slowest(cluster["tables"].events)
@@ -154,14 +165,23 @@ def test_each_row_names_the_node_that_wrote_it(cluster: dict[str, Any]) -> None:
 def test_a_report_over_a_cluster(spark: Any, cluster: dict[str, Any]) -> None:
     data, base = cluster["data"], cluster["base"]
     # Offsets logs beside nodes 0 and 1, none beside node 2; a group that moved from node
-    # 0 to node 1 (g0's partition 1): its later commit is the final one.
+    # 0 to node 1 (g0's partition 1): its later commit is the final one. A group of
+    # another run is left out.
+    g0, g8 = group(0), group(8)
     offsets_log(
         data / "node-0",
-        [("g0", "t", 0, 5, START_MS), ("g0", "t", 0, 9, START_MS + 1), ("g0", "t", 1, 4, START_MS)],
+        [(g0, "t", 0, 5, START_MS), (g0, "t", 0, 9, START_MS + 1), (g0, "t", 1, 4, START_MS)],
     )
-    offsets_log(data / "node-1", [("g8", "t", 0, 3, START_MS), ("g0", "t", 1, 7, START_MS + 5)])
+    offsets_log(
+        data / "node-1",
+        [(g8, "t", 0, 3, START_MS), (g0, "t", 1, 7, START_MS + 5), ("other-0", "t", 0, 1, 0)],
+    )
     run = latency_run(base / "run", 5, seed=1)
     other_tables(run, 5, seed=1)
+    # The run lasted as long as the events: every one of them is its own.
+    last = max(int(str(r["at"])) for rows in cluster["rows"].values() for r in rows)
+    run.summary["ended"] = iso(last)
+    write_summary(run)
     report = make_report(
         [run.path],
         [data / "node-0" / "events", data],  # node 0 named twice: read once
@@ -178,11 +198,11 @@ def test_a_report_over_a_cluster(spark: Any, cluster: dict[str, Any]) -> None:
     ]
     final = pq.read_table(report.tables["committed_offsets"]).to_pylist()
     assert [(r["group_id"], r["partition"], r["offset"], r["node_id"]) for r in final] == [
-        ("g0", 0, 9, 0),
-        ("g0", 1, 7, 1),
-        ("g8", 0, 3, 1),
+        (g0, 0, 9, 0),
+        (g0, 1, 7, 1),
+        (g8, 0, 3, 1),
     ]
-    assert "The event log, node by node" in (base / "report" / "report.html").read_text()
+    assert "The server&#x27;s event log" in (base / "report" / "report.html").read_text()
 
 
 def test_expansion_order_and_what_is_missing(tmp_path: Path) -> None:

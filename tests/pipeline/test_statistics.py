@@ -3,21 +3,25 @@ directly in Python from the rows that were written."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import re
 from collections import Counter, defaultdict
 from typing import Any
 
 import numpy as np
 import pytest
 
-from fastcoord.pipeline import commits, compare, errors, membership, rebalances
-from fastcoord.pipeline.clock import run_starts
+from fastcoord.pipeline import commits, compare, errors, membership, rebalances, usage
 from fastcoord.pipeline.inputs import open_inputs
+from fastcoord.pipeline.latency import step_of
+from fastcoord.pipeline.scope import MARGIN_MS, group_pattern, scope_of
 from fastcoord.pipeline.tables import load
 
-from .generated import START_MS, events, latency_run, other_tables
+from .generated import PREFIX, START_MS, events, latency_run, other_tables
 
 SECONDS = {"a": 34, "b": 21}
+STEP = 5
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +34,48 @@ def data(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     event_rows = events(base / "events", seed=5)
     inputs = open_inputs([r.path for r in runs.values()], base / "events")
     assert inputs.problems == []
-    return runs, rows, event_rows, load(spark, inputs)
+    t = load(spark, inputs)
+    starts = spark.createDataFrame([(run, START_MS) for run in runs], "run string, start_ms long")
+    lengths = spark.createDataFrame(list(SECONDS.items()), "run string, last_s int")
+    return runs, rows, event_rows, t, starts, lengths
 
 
-def test_errors_by_code_and_api(data: Any) -> None:
-    runs, rows, _, t = data
-    got = {(r.run, r.api, r.error): r["count"] for r in errors.by_code(t.errors).collect()}
-    want = Counter((run, e["api"], e["error"]) for run in rows for e in rows[run]["errors"])
+def mine(run: str, event_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events of `run` by the scope's rule, computed here: its groups, its time."""
+    end = START_MS + SECONDS[run] * 1000 + 400
+    pattern = re.compile(group_pattern(PREFIX))
+    return [
+        e
+        for e in event_rows
+        if pattern.match(str(e["group_id"]))
+        and START_MS - MARGIN_MS <= int(e["at"]) <= end + MARGIN_MS
+    ]
+
+
+def t_of(second: int) -> int:
+    return (second - 1) // STEP * STEP + STEP
+
+
+def test_the_step_of_a_second(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    got = [
+        r.t
+        for r in spark.range(1, 13)
+        .select(step_of(F.col("id").cast("int"), STEP).alias("t"))
+        .collect()
+    ]
+    assert got == [t_of(s) for s in range(1, 13)] == [5] * 5 + [10] * 5 + [15] * 2
+
+
+def test_errors_and_signals_by_code_and_api(data: Any) -> None:
+    runs, rows, _, t, starts, _ = data
+    got = {
+        (r.run, r.api, r.error, r.signal): r["count"] for r in errors.by_code(t.errors).collect()
+    }
+    want = Counter(
+        (run, e["api"], e["error"], e["signal"]) for run in rows for e in rows[run]["errors"]
+    )
     assert got == dict(want)
     by_api = {(r.run, r.api): r for r in errors.by_api(t.latency, t.errors).collect()}
     for run, generated in runs.items():
@@ -44,57 +83,63 @@ def test_errors_by_code_and_api(data: Any) -> None:
             row = by_api[(run, api)]
             requests = sum(h.count for (a, _), h in generated.seconds.items() if a == api)
             failed = sum(n for (a, _), n in generated.errors.items() if a == api)
-            assert (row.requests, row.errors) == (requests, failed)
-            assert row.named == sum(1 for e in rows[run]["errors"] if e["api"] == api)
+            signals = sum(n for (a, _), n in generated.signals.items() if a == api)
+            assert (row.requests, row.errors, row.signals) == (requests, failed, signals)
+            named = [e for e in rows[run]["errors"] if e["api"] == api]
+            assert row.named_errors == sum(1 for e in named if not e["signal"])
+            assert row.named_signals == sum(1 for e in named if e["signal"])
             assert row.error_rate == (failed / requests if requests else None)
-
-
-def test_errors_per_window(data: Any) -> None:
-    _, rows, _, t = data
-    starts = run_starts(t.latency, t.states)
-    got = {
-        (r.run, r.api, r.error, r.window_s): r["count"]
-        for r in errors.by_code_window(t.errors, starts).collect()
+    series = {
+        (r.run, r.t, r.error, r.signal): r["count"]
+        for r in errors.by_code_series(t.errors, starts, STEP).collect()
     }
-    want: Counter[tuple[str, str, str, int]] = Counter()
+    want_series: Counter[tuple[str, int, str, bool]] = Counter()
     for run in rows:
         for e in rows[run]["errors"]:
             second = (int(e["time"]) - START_MS) // 1000 + 1
-            want[(run, e["api"], e["error"], (second - 1) // 10 * 10 + 1)] += 1
-    assert got == dict(want)
+            want_series[(run, t_of(second), e["error"], e["signal"])] += 1
+    assert series == dict(want_series)
 
 
-def test_commits(data: Any) -> None:
-    runs, _, event_rows, t = data
-    got = {(r.run, r.elapsed_s): r.commits for r in commits.per_second(t.latency).collect()}
-    want = {
-        (run, second): h.count
-        for run, generated in runs.items()
-        for (api, second), h in generated.seconds.items()
-        if api == "OffsetCommit"
-    }
-    assert got == want
-    groups = {r.group_id: r for r in commits.per_group(t.events).collect()}
-    stored = [e for e in event_rows if e["kind"] == "offsets_committed"]
-    assert set(groups) == {e["group_id"] for e in stored}
-    for group, row in groups.items():
-        mine = [e for e in stored if e["group_id"] == group]
-        assert row.commits == len(mine)
-        assert row.offsets == sum(int(e["members"]) for e in mine)
-        assert int(row.last_commit.timestamp() * 1000) == max(int(e["at"]) for e in mine)
+def test_commits_per_group_of_the_run(data: Any) -> None:
+    _, _, event_rows, t, _, _ = data
+    got = {(r.run, r.group_id): r for r in commits.per_group(t.events).collect()}
+    want = {}
+    for run in SECONDS:
+        stored = [e for e in mine(run, event_rows) if e["kind"] == "offsets_committed"]
+        for group in {e["group_id"] for e in stored}:
+            of = [e for e in stored if e["group_id"] == group]
+            want[(run, group)] = (
+                len(of),
+                sum(int(e["members"]) for e in of),
+                max(int(e["at"]) for e in of),
+            )
+    assert (
+        want
+        and {
+            k: (r.commits, r.offsets, int(r.last_commit.timestamp() * 1000)) for k, r in got.items()
+        }
+        == want
+    )
+    # Some events are of neither run: the log holds more than the runs' time.
+    assert len({(e["group_id"], e["at"]) for run in SECONDS for e in mine(run, event_rows)}) < len(
+        event_rows
+    )
 
 
 def test_membership(data: Any) -> None:
-    _, rows, event_rows, t = data
+    _, rows, event_rows, t, starts, _ = data
     got = {
-        int(r.window.timestamp() * 1000): (r.joined, r.left, r.expired, r.removed)
-        for r in membership.server_changes(t.events).collect()
+        (r.run, r.t): (r.joined, r.left, r.expired, r.removed)
+        for r in membership.server_changes(t.events, starts, STEP).collect()
     }
-    want: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    for e in event_rows:
-        if e["kind"] in membership.KINDS:
-            index = list(membership.KINDS).index(str(e["kind"]))
-            want[int(e["at"]) // 10_000 * 10_000][index] += 1
+    want: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for run in SECONDS:
+        for e in mine(run, event_rows):
+            if e["kind"] in membership.KINDS:
+                index = list(membership.KINDS).index(str(e["kind"]))
+                second = (int(e["at"]) - START_MS) // 1000 + 1
+                want[(run, t_of(second))][index] += 1
     assert got == {k: tuple(v) for k, v in want.items()}
     states = membership.client_states(t.states).collect()
     assert [(r.run, r.elapsed_s, r.stable) for r in states] == [
@@ -109,25 +154,51 @@ def size_of(members: int) -> str:
     return f"{upper // 10 + 1}-{upper}"
 
 
-def test_rebalances_as_the_members_saw_them(data: Any) -> None:
-    _, rows, _, t = data
-    client = rebalances.client_side(t.rebalances)
+def client_rebalances(rows: Any) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Each group's rebalance as its members saw it, computed here."""
     groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
     for run in rows:
         for r in rows[run]["rebalances"]:
             groups[(run, r["group"], r["generation"])].append(r)
-    got = {(r.run, r.group, r.generation): r for r in client.collect()}
-    assert set(got) == set(groups)
-    durations: dict[tuple[str, str], list[int]] = defaultdict(list)
+    first = {}
+    for run, group, generation in groups:
+        key = (run, group)
+        first[key] = min(first.get(key, generation), generation)
+    out = {}
     for key, members in groups.items():
+        started = min(m["started"] for m in members)
+        ended = max(m["time"] for m in members)
+        out[key] = {
+            "duration_ms": ended - started,
+            "start_s": (started - START_MS) / 1000,
+            "end_s": (ended - START_MS) / 1000,
+            "members": len({m["member"] for m in members}),
+            "unexpected": sum(1 for m in members if not m["expected"]),
+            "formation": key[2] == first[(key[0], key[1])],
+        }
+    return out
+
+
+def test_rebalances_as_the_members_saw_them(data: Any) -> None:
+    _, rows, _, t, starts, lengths = data
+    client = rebalances.client_side(t.rebalances, starts)
+    want = client_rebalances(rows)
+    got = {(r.run, r.group_id, r.generation): r for r in client.collect()}
+    assert set(got) == set(want)
+    durations: dict[tuple[str, str, bool], list[int]] = defaultdict(list)
+    for key, w in want.items():
         row = got[key]
-        duration = max(m["time"] for m in members) - min(m["started"] for m in members)
-        assert row.duration_ms == duration
-        assert row.members == len({m["member"] for m in members})
-        assert row.unexpected == sum(1 for m in members if not m["expected"])
+        assert row.duration_ms == w["duration_ms"]
+        assert row.start_s == pytest.approx(w["start_s"])
+        assert row.end_s == pytest.approx(w["end_s"])
+        assert (row.members, row.unexpected, row.formation) == (
+            w["members"],
+            w["unexpected"],
+            w["formation"],
+        )
         assert row.size == size_of(row.members)
-        durations[(key[0], row.size)].append(duration)
-    sizes = {(r.run, r.size): r for r in rebalances.by_size(client, ["run"]).collect()}
+        durations[(key[0], row.size, row.formation)].append(w["duration_ms"])
+    sizes = {(r.run, r.size, r.formation): r for r in rebalances.by_size(client, ["run"]).collect()}
     assert set(sizes) == set(durations)
     for key, values in durations.items():
         row = sizes[key]
@@ -135,35 +206,110 @@ def test_rebalances_as_the_members_saw_them(data: Any) -> None:
         assert row.p50_ms == pytest.approx(np.percentile(values, 50))
         assert row.p99_ms == pytest.approx(np.percentile(values, 99))
         assert row.max_ms == max(values)
+    curves: dict[tuple[str, str, bool], dict[int, float]] = defaultdict(dict)
+    for r in rebalances.distribution(client).collect():
+        curves[(r.run, r.size, r.formation)][r.q] = r.duration_ms
+    assert set(curves) == set(durations)
+    for key, values in durations.items():
+        assert sorted(curves[key]) == list(range(rebalances.CDF_POINTS + 1))
+        for q, duration in curves[key].items():
+            assert duration == pytest.approx(np.percentile(values, q))
+    progress = {
+        (r.run, r.t): (r.rebalancing, r.started, r.completed)
+        for r in rebalances.in_progress(client, lengths, STEP).collect()
+    }
+    want_progress: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for (run, _, _), w in want.items():
+        first = (math.floor(max(w["start_s"], 0) / STEP) + 1) * STEP
+        last = (math.floor(max(w["end_s"], 0) / STEP) + 1) * STEP
+        for step in range(first, last + 1, STEP):
+            if step <= SECONDS[run] + STEP:
+                want_progress[(run, step)][0] += 1
+                want_progress[(run, step)][1] += step == first
+                want_progress[(run, step)][2] += step == last
+    assert progress == {k: tuple(v) for k, v in want_progress.items()}
 
 
 def test_rebalances_as_the_server_ran_them(data: Any) -> None:
-    _, _, event_rows, t = data
-    got = {(r.group_id, r.generation): r for r in rebalances.server_side(t.events).collect()}
-    syncs = [e for e in event_rows if e["kind"] == "sync_completed"]
-    assert set(got) == {(e["group_id"], e["generation"]) for e in syncs}
-    for sync in syncs:
-        row = got[(sync["group_id"], sync["generation"])]
-        end = int(sync["at"])
-        start = end - int(sync["duration_ms"])
-        inside = [
-            e
-            for e in event_rows
-            if e["group_id"] == sync["group_id"] and start <= int(e["at"]) <= end
-        ]
-        joined = [e for e in inside if e["kind"] == "member_joined"]
-        assert row.duration_ms == sync["duration_ms"]
-        assert row.members == sync["members"]
-        assert row.last_joined == (
-            max(joined, key=lambda e: e["at"])["member_id"] if joined else None
-        )
-        assert row.expired == sorted(
-            e["member_id"] for e in inside if e["kind"] in ("member_expired", "member_removed")
-        )
-    slowest = rebalances.slowest(rebalances.server_side(t.events), 5).collect()
-    assert [r.duration_ms for r in slowest] == sorted(
-        (e["duration_ms"] for e in syncs), reverse=True
-    )[:5]
+    _, _, event_rows, t, _, _ = data
+    server = rebalances.server_side(t.events)
+    got = {(r.run, r.group_id, r.generation): r for r in server.collect()}
+    want_keys = set()
+    durations: dict[str, list[tuple[int, bool]]] = defaultdict(list)
+    for run in SECONDS:
+        events_of = mine(run, event_rows)
+        syncs = [e for e in events_of if e["kind"] == "sync_completed"]
+        first = {}
+        for e in syncs:
+            first[e["group_id"]] = min(first.get(e["group_id"], e["generation"]), e["generation"])
+        for sync in syncs:
+            key = (run, sync["group_id"], sync["generation"])
+            want_keys.add(key)
+            row = got[key]
+            end = int(sync["at"])
+            start = end - int(sync["duration_ms"])
+            inside = [
+                e
+                for e in events_of
+                if e["group_id"] == sync["group_id"] and start <= int(e["at"]) <= end
+            ]
+            joined = [e for e in inside if e["kind"] == "member_joined"]
+            formation = sync["generation"] == first[sync["group_id"]]
+            assert (row.duration_ms, row.members, row.formation) == (
+                sync["duration_ms"],
+                sync["members"],
+                formation,
+            )
+            assert row.last_joined == (
+                max(joined, key=lambda e: e["at"])["member_id"] if joined else None
+            )
+            assert row.expired == sorted(
+                e["member_id"] for e in inside if e["kind"] in ("member_expired", "member_removed")
+            )
+            durations[run].append((int(sync["duration_ms"]), formation))
+    assert want_keys and set(got) == want_keys
+    for formation in (False, True):
+        slowest = rebalances.slowest(server, formation, 3).collect()
+        for run in SECONDS:
+            kept = [d for d, f in durations[run] if formation or not f]
+            assert [r.duration_ms for r in slowest if r.run == run] == sorted(kept, reverse=True)[
+                :3
+            ]
+
+
+def test_the_servers_cpu_and_memory(data: Any, spark: Any) -> None:
+    _, rows, _, t, _, _ = data
+    got = {(r.run, r.t): r for r in usage.series(t.server, STEP).collect()}
+    for run in SECONDS:
+        samples = rows[run]["server"]
+        by_step: dict[int, list[tuple[float, float, int]]] = defaultdict(list)
+        for prev, cur in itertools.pairwise(samples):
+            span = (int(cur["time"]) - int(prev["time"])) / 1000
+            by_step[t_of(cur["elapsed_s"])].append((cur["cpu_s"] - prev["cpu_s"], span, 0))
+        for step, parts in by_step.items():
+            row = got[(run, step)]
+            assert row.cores == pytest.approx(sum(p[0] for p in parts) / sum(p[1] for p in parts))
+        for step in {t_of(s["elapsed_s"]) for s in samples}:
+            assert got[(run, step)].rss_bytes == max(
+                s["rss_bytes"] for s in samples if t_of(s["elapsed_s"]) == step
+            )
+    scope = scope_of("a", None, SECONDS["a"], (10, 20))
+    window = scope.windows["steady"]
+    windows = spark.createDataFrame(
+        [("a", "steady", window.first_s, window.last_s, window.seconds)],
+        "run string, phase string, first_s int, last_s int, seconds int",
+    )
+    (row,) = usage.by_phase(t.server, windows).collect()
+    samples = rows["a"]["server"]
+    inside = [
+        (cur["cpu_s"] - prev["cpu_s"], (int(cur["time"]) - int(prev["time"])) / 1000, cur)
+        for prev, cur in itertools.pairwise(samples)
+        if window.first_s <= cur["elapsed_s"] <= window.last_s
+    ]
+    assert (window.first_s, window.last_s) == (11, 20)
+    assert row.samples == len(inside) == 10
+    assert row.cores == pytest.approx(sum(p[0] for p in inside) / sum(p[1] for p in inside))
+    assert row.peak_rss_bytes == max(p[2]["rss_bytes"] for p in inside)
 
 
 def test_comparison_ratios() -> None:
@@ -173,7 +319,7 @@ def test_comparison_ratios() -> None:
             {
                 "run": "a",
                 "api": "Heartbeat",
-                "count": 10,
+                "requests_per_s": 10.0,
                 "p50_ms": 2.0,
                 "p99_ms": 4.0,
                 "p99_9_ms": 8.0,
@@ -181,7 +327,7 @@ def test_comparison_ratios() -> None:
             {
                 "run": "b",
                 "api": "Heartbeat",
-                "count": 20,
+                "requests_per_s": 20.0,
                 "p50_ms": 1.0,
                 "p99_ms": 6.0,
                 "p99_9_ms": None,
@@ -192,12 +338,10 @@ def test_comparison_ratios() -> None:
             {"run": "b", "api": "Heartbeat", "error_rate": 0.1},
         ],
         [],
-        {"a": 5.0, "b": 10.0},
     )
     by = {r["figure"]: r for r in rows}
     assert by["Heartbeat p50 ms"]["ratio b"] == 0.5
     assert by["Heartbeat p99 ms"]["ratio b"] == 1.5
     assert by["Heartbeat p99.9 ms"]["ratio b"] is None
-    assert by["Heartbeat requests"]["ratio b"] == 2.0
+    assert by["Heartbeat requests/s"]["ratio b"] == 2.0
     assert by["Heartbeat error rate"]["ratio b"] is None  # over a rate of 0
-    assert by["OffsetCommits/s"]["ratio b"] == 2.0

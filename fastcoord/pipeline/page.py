@@ -1,0 +1,507 @@
+"""report.html: the run's story, read top to bottom.
+
+First the verdict and the headline figures (the steady window's: the figures a load tester
+quotes), then the run over time on one time axis, its phases and faults shaded (requests
+per second, latency, members, rebalances, errors and signals, the server's CPU and
+memory), then the distributions and the long tables (their first rows; the whole of each
+is in its Parquet beside the page). Every figure on the page comes from the report's
+tables, which tests check against the run's own.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from fastcoord.loadtest.results import STATES
+from fastcoord.loadtest.summary import Thresholds, judge
+from fastcoord.pipeline import html
+from fastcoord.pipeline.scope import Scope, headline
+
+if TYPE_CHECKING:
+    from fastcoord.pipeline.report import Options, Report
+
+Rows = list[dict[str, Any]]
+HEARTBEATS = ("Heartbeat", "ConsumerGroupHeartbeat")
+MB = 1 << 20
+
+
+def heartbeat_api(scope: Scope) -> str:
+    return HEARTBEATS[1] if scope.config("group_protocol") == "consumer" else HEARTBEATS[0]
+
+
+def _of(rows: Rows, **match: Any) -> Rows:
+    return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+
+
+def _one(rows: Rows, **match: Any) -> dict[str, Any] | None:
+    found = _of(rows, **match)
+    return found[0] if found else None
+
+
+def headline_figures(scope: Scope, rows: dict[str, Rows]) -> dict[str, Any]:
+    """The verdict's figures of one run, each from the report's tables: members reached,
+    the headline window's heartbeat percentiles, the whole run's errors, signals and
+    error rate, rebalances, the server's CPU and memory."""
+    window = headline(scope)
+    run = scope.run
+    latency = _of(rows["latency_phases"], run=run, phase=window.phase)
+    whole = _of(rows["latency_phases"], run=run, phase="run")
+    beat = _one(latency, api=heartbeat_api(scope)) or {}
+    requests = sum(r["count"] for r in whole)
+    errors = sum(r["errors"] for r in whole)
+    states = _of(rows["member_states"], run=run)
+    later = _of(rows["rebalances_client_sizes_all"], run=run, formation=False)
+    usage = _of(rows["server_phases"], run=run, phase=window.phase)
+    target = scope.config("members")
+    return {
+        "window": window,
+        "members_target": target if isinstance(target, int) else None,
+        "members_reached": max((r["stable"] for r in states), default=None),
+        "heartbeat_api": heartbeat_api(scope),
+        "heartbeat_p50_ms": beat.get("p50_ms"),
+        "heartbeat_p99_ms": beat.get("p99_ms"),
+        "heartbeat_p99_9_ms": beat.get("p99_9_ms"),
+        "requests": requests,
+        "errors": errors,
+        "signals": sum(r["signals"] for r in whole),
+        "error_rate": errors / requests if requests else None,
+        "rebalances": sum(r["rebalances"] for r in later),
+        "formations": sum(
+            r["rebalances"] for r in _of(rows["rebalances_client_sizes_all"], run=run)
+        )
+        - sum(r["rebalances"] for r in later),
+        "server_cores": sum(r["cores"] for r in usage if r["cores"] is not None) if usage else None,
+        "server_peak_rss_bytes": sum(r["peak_rss_bytes"] or 0 for r in usage) if usage else None,
+        "p99_by_api": {r["api"]: r["p99_ms"] for r in latency},
+    }
+
+
+def verdict(scope: Scope, figures: dict[str, Any]) -> dict[str, Any]:
+    """The run's thresholds (from its summary) applied to the report's own figures, by the
+    load test's rule: p99 in the headline window, errors over the whole run."""
+    limits = (scope.summary or {}).get("thresholds") or {}
+    window = figures["window"]
+    return judge(
+        Thresholds(limits.get("max_error_rate"), limits.get("max_p99_ms")),
+        figures["p99_by_api"],
+        figures["errors"],
+        figures["requests"],
+        f"{window.phase}, seconds {window.first_s}-{window.last_s}",
+    )
+
+
+def _number(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    return f"{html.cell(value)}{unit}"
+
+
+def _cards(scope: Scope, f: dict[str, Any]) -> list[html.Figure]:
+    run = scope.run
+    window = f["window"]
+    where = f"{window.phase}, s {window.first_s}-{window.last_s}"
+    target = f["members_target"]
+    cards = [
+        html.Figure(
+            f"{run}.members_reached",
+            "members stable (most)",
+            f["members_reached"],
+            _number(f["members_reached"]) + (f" of {target:,}" if target is not None else ""),
+        ),
+        *(
+            html.Figure(
+                f"{run}.heartbeat_{name}",
+                f"{f['heartbeat_api']} {label}",
+                f[f"heartbeat_{name}"],
+                _number(f[f"heartbeat_{name}"], " ms"),
+                where,
+            )
+            for name, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p99_9_ms", "p99.9"))
+        ),
+        html.Figure(
+            f"{run}.error_rate",
+            "error rate",
+            f["error_rate"],
+            f"{f['error_rate']:.4%}" if f["error_rate"] is not None else "-",
+            f"{f['errors']:,} errors in {f['requests']:,} requests; {f['signals']:,} signals apart",
+        ),
+        html.Figure(
+            f"{run}.rebalances",
+            "rebalances after formation",
+            f["rebalances"],
+            _number(f["rebalances"]),
+            f"and {f['formations']:,} groups formed",
+        ),
+    ]
+    if f["server_cores"] is not None:
+        cards.append(
+            html.Figure(
+                f"{run}.server_cores",
+                "server CPU",
+                f["server_cores"],
+                f"{f['server_cores']:.2f} cores",
+                where,
+            )
+        )
+        rss = f["server_peak_rss_bytes"]
+        cards.append(
+            html.Figure(
+                f"{run}.server_peak_rss_bytes",
+                "server memory (peak RSS)",
+                rss,
+                f"{rss / MB:,.0f} MB",
+                where,
+            )
+        )
+    return cards
+
+
+def _bands(scope: Scope) -> list[dict[str, Any]]:
+    return [
+        {"from": b.start_s, "to": b.end_s, "label": b.label, "kind": b.kind} for b in scope.bands()
+    ]
+
+
+def _time_chart(
+    chart_id: str,
+    title: str,
+    y_label: str,
+    series: Iterable[dict[str, Any]],
+    bands: list[dict[str, Any]],
+    *,
+    kind: str = "line",
+    log: bool = False,
+    stacked: bool = False,
+    note: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "id": chart_id,
+        "title": title,
+        "type": kind,
+        "x": {"label": "seconds since the run's start", "kind": "time"},
+        "y": {"label": y_label, "log": log},
+        "series": [s for s in series if s["x"]],
+        "bands": bands,
+        "stacked": stacked,
+    }
+    if note:
+        spec["note"] = note
+    return spec
+
+
+def _series(rows: Rows, x: str, y: str, name: str) -> dict[str, Any]:
+    ordered = sorted(rows, key=lambda r: r[x])
+    return {"name": name, "x": [r[x] for r in ordered], "y": [r[y] for r in ordered]}
+
+
+def _label(name: str, run: str, runs: int) -> str:
+    return f"{name} ({run})" if runs > 1 else name
+
+
+def time_charts(report: Report, rows: dict[str, Rows]) -> list[dict[str, Any]]:
+    """Every chart over the run's time, on one time axis."""
+    scopes = report.scopes
+    n = len(scopes)
+    bands = _bands(scopes[0]) if scopes else []
+    step = report.step_s
+    per = f"per second ({step}-second steps)" if step > 1 else "per second"
+    series = rows["latency_series"]
+    apis = sorted({r["api"] for r in series})
+    charts = [
+        _time_chart(
+            "requests",
+            f"Requests {per}, by API",
+            "requests/s",
+            (
+                _series(
+                    _of(series, run=s.run, api=api), "t", "requests_per_s", _label(api, s.run, n)
+                )
+                for s in scopes
+                for api in apis
+            ),
+            bands,
+        )
+    ]
+    for api in apis:
+        charts.append(
+            _time_chart(
+                f"latency-{api.lower()}",
+                f"{api} latency: p50, p99 and max (ms)",
+                "ms",
+                (
+                    _series(_of(series, run=s.run, api=api), "t", figure, _label(label, s.run, n))
+                    for s in scopes
+                    for figure, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("max_ms", "max"))
+                ),
+                bands,
+                log=True,
+            )
+        )
+    for s in scopes:
+        states = _of(rows["member_states"], run=s.run)
+        charts.append(
+            _time_chart(
+                f"members-{len(charts)}",
+                _label("Members by state", s.run, n),
+                "members",
+                (_series(states, "elapsed_s", state, state) for state in STATES),
+                _bands(s),
+                kind="area",
+                stacked=True,
+            )
+        )
+    charts.append(
+        _time_chart(
+            "rebalancing",
+            "Rebalances in progress (groups), as the members saw them",
+            "groups",
+            (
+                _series(
+                    _of(rows["rebalances_over_time"], run=s.run),
+                    "t",
+                    "rebalancing",
+                    _label("in progress", s.run, n),
+                )
+                for s in scopes
+            ),
+            bands,
+            kind="step",
+        )
+    )
+    troubles = []
+    for s in scopes:
+        for api in apis:
+            mine = _of(series, run=s.run, api=api)
+            for what in ("errors", "signals"):
+                if any(r[what] for r in mine):
+                    per_s = [{"t": r["t"], "v": r[what] / r["seconds"]} for r in mine]
+                    troubles.append(_series(per_s, "t", "v", _label(f"{api} {what}", s.run, n)))
+    charts.append(
+        _time_chart(
+            "errors",
+            f"Errors and signals {per}, by API",
+            "answers/s",
+            troubles,
+            bands,
+            note="signals (MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS, STALE_MEMBER_EPOCH) tell "
+            "a member what to do next; they are not errors",
+        )
+    )
+    usage = rows["server_series"]
+    if usage:
+        nodes = sorted({r["node"] for r in usage})
+        for figure, title, unit, scale in (
+            ("cores", "The server's CPU (cores)", "cores", 1.0),
+            ("rss_bytes", "The server's resident memory (MB)", "MB", 1 / MB),
+        ):
+            charts.append(
+                _time_chart(
+                    f"server-{figure.replace('_', '-')}",
+                    title,
+                    unit,
+                    (
+                        _series(
+                            [
+                                {
+                                    "t": r["t"],
+                                    "v": r[figure] * scale if r[figure] is not None else None,
+                                }
+                                for r in _of(usage, run=s.run, node=node)
+                            ],
+                            "t",
+                            "v",
+                            _label(node, s.run, n),
+                        )
+                        for s in scopes
+                        for node in nodes
+                    ),
+                    bands,
+                )
+            )
+    changes = rows["membership_server"]
+    if changes:
+        charts.append(
+            _time_chart(
+                "membership-server",
+                f"Members joined, left and expired {per}, as the server logged them",
+                "members/s",
+                (
+                    _series(
+                        [{"t": r["t"], "v": r[kind] / step} for r in _of(changes, run=s.run)],
+                        "t",
+                        "v",
+                        _label(kind, s.run, n),
+                    )
+                    for s in scopes
+                    for kind in ("joined", "left", "expired", "removed")
+                    if any(r[kind] for r in _of(changes, run=s.run))
+                ),
+                bands,
+            )
+        )
+    return charts
+
+
+def distribution_chart(report: Report, rows: dict[str, Rows]) -> dict[str, Any]:
+    """The rebalances' durations as a CDF, by group size, formation apart."""
+    n = len(report.scopes)
+    curves: dict[tuple[str, str, bool], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows["rebalance_distribution"]:
+        curves[(r["run"], r["size"], r["formation"])].append(r)
+    series = []
+    for (run, size, formation), points in sorted(curves.items()):
+        points.sort(key=lambda r: r["q"])
+        kind = "formation" if formation else "later"
+        series.append(
+            {
+                "name": _label(f"{size} members, {kind}", run, n),
+                "x": [max(p["duration_ms"], 0.001) for p in points],
+                "y": [p["q"] for p in points],
+            }
+        )
+    return {
+        "id": "rebalance-cdf",
+        "title": "Rebalance durations: the share that took at most x ms (by group size)",
+        "type": "line",
+        "x": {"label": "ms, first member's start to the last SyncGroup answer", "kind": "log"},
+        "y": {"label": "% of rebalances", "log": False, "min": 0},
+        "series": series,
+        "bands": [],
+        "stacked": False,
+    }
+
+
+PHASE_COLUMNS = ["run", "phase", "first_s", "last_s", "seconds", "source"]
+LATENCY_COLUMNS = [
+    "run",
+    "phase",
+    "api",
+    "count",
+    "requests_per_s",
+    "errors",
+    "signals",
+    "error_rate",
+    "p50_ms",
+    "p99_ms",
+    "p99_9_ms",
+    "max_ms",
+]
+PHASE_ORDER = {"joining": 0, "steady": 1, "leaving": 2, "run": 3}
+
+
+def _phase_key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["run"], PHASE_ORDER.get(r["phase"], 9), r.get("api", ""))
+
+
+def _faults(scope: Scope) -> Rows:
+    out = []
+    for fault in (scope.summary or {}).get("faults") or []:
+        window = fault.get("window") or {}
+        out.append(
+            {
+                "run": scope.run,
+                "fault": fault.get("description"),
+                "from_s": window["start_ms"] / 1000 if window else None,
+                "to_s": window["end_ms"] / 1000 if window else None,
+                "injected": fault.get("injected"),
+                "error": fault.get("apply_error") or fault.get("end_error"),
+            }
+        )
+    return out
+
+
+def _long(
+    report: Report, rows: dict[str, Rows], name: str, columns: list[str] | None = None
+) -> str:
+    return html.table(
+        rows[name],
+        columns,
+        limit=len(rows[name]),
+        total=report.totals.get(name, len(rows[name])),
+        source=f"tables/{name}/",
+    )
+
+
+def render(report: Report, rows: dict[str, Rows], comparison: Rows, options: Options) -> str:
+    rows = dict(rows)
+    rows["rebalances_client_sizes_all"] = rows["rebalance_sizes_client"]
+    runs = ", ".join(s.run for s in report.scopes)
+    page = html.Page(f"fastcoord report: {runs}")
+    page.problems(report.problems)
+    for scope in report.scopes:
+        figures = headline_figures(scope, rows)
+        judged = verdict(scope, figures)
+        window = figures["window"]
+        page.verdict(
+            judged["passed"],
+            f"{scope.run}: {'passed' if judged['passed'] else 'failed'}; headline figures of "
+            f"the {window.phase} window, seconds {window.first_s}-{window.last_s} "
+            f"({window.source})",
+            judged["failures"] + scope.notes,
+        )
+        page.figures(_cards(scope, figures))
+    if comparison:
+        page.section("Runs compared (ratio: against the first)", html.table(comparison))
+    page.section(
+        "Phases",
+        html.table(sorted(rows["phases"], key=_phase_key), PHASE_COLUMNS)
+        + html.table(
+            sorted(
+                (r for r in rows["latency_phases"] if r["api"] in HEARTBEATS),
+                key=_phase_key,
+            ),
+            LATENCY_COLUMNS,
+        ),
+    )
+    faults = [f for s in report.scopes for f in _faults(s)]
+    if faults:
+        page.section("Faults", html.table(faults))
+    page.section(
+        "Over time",
+        "".join(page.chart(spec) for spec in time_charts(report, rows)),
+    )
+    later = [r for r in rows["slowest_rebalances"]]
+    page.section(
+        "Rebalances",
+        page.chart(distribution_chart(report, rows))
+        + html.table(
+            sorted(
+                rows["rebalance_sizes_client"], key=lambda r: (r["run"], r["formation"], r["size"])
+            )
+        )
+        + f"<h3>The slowest, as the server ran them{'' if options.formation else ' (formation left out: --formation includes it)'}</h3>"
+        + html.table(
+            later, limit=options.top, total=len(later), source="tables/rebalances_server/"
+        ),
+    )
+    page.section(
+        "Latency by phase and API",
+        html.table(sorted(rows["latency_phases"], key=_phase_key), LATENCY_COLUMNS),
+    )
+    page.section(
+        "Errors and signals",
+        html.table(sorted(rows["errors_by_api"], key=lambda r: (r["run"], r["api"])))
+        + html.table(
+            sorted(rows["errors_by_code"], key=lambda r: (r["run"], r["signal"], -r["count"]))
+        ),
+    )
+    left_out = sum(r["events"] for r in rows["event_scope"] if r["run"] is None)
+    kept = sum(r["events"] for r in rows["event_scope"] if r["run"] is not None)
+    page.section(
+        "The server's event log",
+        f"<p>{kept:,} events of these runs' groups within their time; "
+        f"{left_out:,} events of other groups or times left out.</p>"
+        + html.table(rows["events_by_node"])
+        + html.table(rows["rebalance_sizes_server"])
+        + "<h3>Groups with the most commits</h3>"
+        + _long(report, rows, "group_commits")
+        + "<h3>Final committed offsets (from the offsets log)</h3>"
+        + _long(report, rows, "committed_offsets"),
+    )
+    page.section(
+        "How long the report took",
+        html.table([{"step": k, "seconds": v} for k, v in report.seconds.items()]),
+    )
+    return page.render()
