@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fastcoord.output_dir import make_output_dir
 from fastcoord.pipeline import charts, compare, html
 from fastcoord.pipeline.inputs import Inputs, open_inputs
 from fastcoord.pipeline.offsets import nodes_offsets
@@ -93,7 +94,7 @@ def make_report(
     report.problems = inputs.problems
     for problem in inputs.problems:
         console.print(f"[yellow]left out:[/] {problem}", highlight=False)
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out)
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
