@@ -65,9 +65,14 @@ BASE ?= HEAD^
 perf-gate: $(STAMP) compile  ## BASE=REV (default HEAD^): exits 1 when a guarded benchmark got slower
 	$(BIN)/python -m benches.perf_gate --base $(BASE)
 
+# The report's Spark, matplotlib and Java, as pyproject.toml's `report` extra lists them,
+# installed beside fastcoord without building it again, and only when one of them does not
+# import: `make test` has installed them already.
 REPORT_STAMP := $(VENV)/.installed-report
 $(REPORT_STAMP): $(SERVE_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[report]'
+	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["report"]))' > $(VENV)/requirements-report.txt
+	$(BIN)/python -c 'import importlib, re, sys; [importlib.import_module(re.match(r"[A-Za-z0-9_.-]+", line)[0].replace("-", "_")) for line in open(sys.argv[1]).read().splitlines()]' $(VENV)/requirements-report.txt 2>/dev/null \
+		|| $(BIN)/python -m pip install --quiet -r $(VENV)/requirements-report.txt
 	touch $(REPORT_STAMP)
 
 report: $(REPORT_STAMP)  ## fastcoord report: make report ARGS="RUN_DIR --events fastcoord-data/events"

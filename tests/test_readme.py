@@ -1,8 +1,10 @@
 """The README's quickstart runs as written: each Python example, in order, against the real
-`fastcoord serve` on its default settings (only the port differs)."""
+`fastcoord serve` on its default settings (only the port differs), with the clients that
+the README says to install beside `make serve`'s fastcoord."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import subprocess
 import sys
@@ -17,9 +19,16 @@ README = Path(__file__).parent.parent / "README.md"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
+def quickstart() -> str:
+    return README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+
+
 def quickstart_examples() -> list[str]:
-    quickstart = README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", quickstart, re.DOTALL)
+    return re.findall(r"```python\n(.*?)```", quickstart(), re.DOTALL)
+
+
+def normalized(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +51,23 @@ def run_example(server: ServerProcess, code: str) -> str:
 
 def test_the_quickstart_has_its_four_examples() -> None:
     assert len(quickstart_examples()) == 4
+
+
+def test_the_quickstart_says_how_to_install_what_its_examples_import() -> None:
+    # `make serve` installs the project's dependencies only: every package an example
+    # imports beyond them must be on the README's install line.
+    (line,) = re.findall(r"^\.venv/bin/pip install (.+)$", quickstart(), re.MULTILINE)
+    installed = {normalized(re.split(r"[<>=!~ ]", word.strip("'\""))[0]) for word in line.split()}
+    served = {
+        normalized(re.split(r"[<>=!~ \[;]", requirement)[0])
+        for requirement in importlib.metadata.requires("fastcoord") or []
+        if "extra ==" not in requirement
+    }
+    providers = importlib.metadata.packages_distributions()
+    for example in quickstart_examples():
+        for module in re.findall(r"^(?:from|import) (\w+)", example, re.MULTILINE):
+            names = {normalized(d) for d in providers[module]}
+            assert names & (installed | served), f"{module} is not on the install line: {line}"
 
 
 def test_the_quickstart_examples_run_in_order(server: ServerProcess) -> None:

@@ -9,7 +9,9 @@ timeout), so it works in any process without an event loop or a package to insta
 from __future__ import annotations
 
 import http.client
+import re
 import urllib.parse
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -50,6 +52,13 @@ class AdminClient:
 
     def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         """One request as given; the status and the body, whatever they are."""
+        status, answer, _ = self._exchange(method, path, body)
+        return status, answer
+
+    def _exchange(
+        self, method: str, path: str, body: bytes | None = None
+    ) -> tuple[int, bytes, http.client.HTTPMessage]:
+        """One request: the status, the body and the headers of the answer."""
         connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
         headers = {"Accept": "application/json"}
         if body is not None:
@@ -57,7 +66,7 @@ class AdminClient:
         try:
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
-            return response.status, response.read()
+            return response.status, response.read(), response.headers
         except http.client.HTTPException as exc:
             # Callers catch OSError for "the server could not be asked"; a garbled answer
             # is one more way of that.
@@ -66,12 +75,17 @@ class AdminClient:
             connection.close()
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
+        return self._call_with_headers(method, path, body)[0]
+
+    def _call_with_headers(
+        self, method: str, path: str, body: Any = None
+    ) -> tuple[Any, http.client.HTTPMessage]:
         data = None if body is None else msgspec.json.encode(body)
-        status, answer = self.request(method, path, data)
+        status, answer, headers = self._exchange(method, path, data)
         if not 200 <= status < 300:
             raise AdminError(status, _error_text(answer))
         try:
-            return msgspec.json.decode(answer)
+            return msgspec.json.decode(answer), headers
         except msgspec.DecodeError:
             raise AdminError(status, f"an answer that is not JSON: {_quote(answer)}") from None
 
@@ -107,12 +121,43 @@ class AdminClient:
             raise AdminError(200, f'expected {{"deleted": N}}, got {answer!r}')
         return deleted
 
-    def groups(self) -> list[dict[str, Any]]:
-        """GET /v1/groups: every group, without its members."""
-        groups: list[dict[str, Any]] = self._expect(
-            self._call("GET", "/v1/groups"), list, "a list of groups"
-        )
-        return groups
+    def groups(
+        self, state: str | Sequence[str] | None = None, page_size: int | None = None
+    ) -> list[dict[str, Any]]:
+        """GET /v1/groups: every group, without its members, sorted by id; only those in
+        `state` if given (a state's name, Kafka's, or several). In one answer; with
+        `page_size` (1 to 10000), in pages of that many groups, a request each, following
+        each answer's Link to the next: on a server with many groups, each request holds
+        its loop for a page only. A group created or deleted between two pages may be
+        missing or still listed."""
+        found: list[dict[str, Any]] = []
+        path: str | None = groups_path(state, page_size, None)
+        while path is not None:
+            page, following = self._groups_at(path)
+            found += page
+            path = following if following != path else None
+        return found
+
+    def groups_page(
+        self,
+        state: str | Sequence[str] | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """GET /v1/groups?state=..&limit=..&after=..: one page of the groups sorted by id
+        (those whose id sorts after `after`, at most `limit` of them), and the `after` of
+        the next page: None when this one is the last."""
+        page, following = self._groups_at(groups_path(state, limit, after))
+        if following is None:
+            return page, None
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(following).query)
+        return page, query.get("after", [None])[-1]
+
+    def _groups_at(self, path: str) -> tuple[list[dict[str, Any]], str | None]:
+        """The groups of one answer, and the path of its Link rel="next" if it has one."""
+        answer, headers = self._call_with_headers("GET", path)
+        groups: list[dict[str, Any]] = self._expect(answer, list, "a list of groups")
+        return groups, next_link(headers.get_all("Link") or [])
 
     def group(self, group_id: str) -> dict[str, Any]:
         """GET /v1/groups/ID: one group with its members; AdminError 404 if unknown."""
@@ -132,6 +177,33 @@ class AdminClient:
         if not 200 <= status < 300:
             raise AdminError(status, _error_text(answer))
         return answer.decode("utf-8", "replace")
+
+
+def groups_path(state: str | Sequence[str] | None, limit: int | None, after: str | None) -> str:
+    """/v1/groups with the query of these parameters (none for those that are None)."""
+    params = []
+    if state is not None:
+        names = ",".join([state] if isinstance(state, str) else state)
+        params.append("state=" + urllib.parse.quote(names, safe=","))
+    if limit is not None:
+        params.append(f"limit={int(limit)}")
+    if after is not None:
+        params.append("after=" + urllib.parse.quote(after, safe=""))
+    return "/v1/groups" + ("?" + "&".join(params) if params else "")
+
+
+# One link of a Link header: <URI>; rel="next" (RFC 8288), the rel quoted or not.
+LINK = re.compile(r'<([^>]*)>\s*;\s*rel="?next"?(?:[\s;,]|$)')
+
+
+def next_link(values: Sequence[str]) -> str | None:
+    """The path of the Link headers' rel="next", if they have one on this server (a path,
+    not another host's URL)."""
+    for value in values:
+        for match in LINK.finditer(value):
+            if match[1].startswith("/") and not match[1].startswith("//"):
+                return match[1]
+    return None
 
 
 def _quote(data: bytes) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fastcoord.output_dir import make_output_dir
 from fastcoord.protocol.api_keys import api_name
 from fastcoord.protocol.errors import error_name
 from fastcoord.server.event_files import temporary  # the same hidden names Spark skips
@@ -159,7 +160,7 @@ class Results:
 
     def __init__(self, out: Path) -> None:
         self.out = out
-        out.mkdir(parents=True, exist_ok=True)
+        make_output_dir(out)  # its .gitignore is no run's: the check below passes it over
         earlier = [name for name in (SUMMARY, *SCHEMAS) if (out / name).exists()]
         if earlier:
             raise FileExistsError(

@@ -12,11 +12,17 @@ one. Each log's files are listed in their own directory, because a merged file n
 files it replaced by name only, and two nodes may give a file the same name. A log's node
 comes from the directory's name, for the rows of files written before the event log
 recorded it.
+
+Given nothing usable at all (no RUN_DIR that is a load test's results, or no --events that
+is an event log), the report refuses before Spark starts, which takes seconds, and says what
+to give instead: the usual mistakes are a server's data directory given as a run, and the
+data directory given where its event log is meant (which is taken as DATA_DIR/events).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,7 +31,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from fastcoord.loadtest.results import SCHEMAS
+from fastcoord.loadtest.results import SCHEMAS, SUMMARY
 from fastcoord.server import event_files, event_log
 
 SUMMARY_SCHEMA_VERSION = 2
@@ -164,15 +170,24 @@ def _nodes(cluster: Path, problems: list[str]) -> list[Path]:
     return [child / "events" for _, child in nodes if (child / "events").is_dir()]
 
 
+def _events_of(path: Path) -> Path:
+    """DATA_DIR/events for a server's data directory given where its event log is meant
+    (it holds events/ and no event file of its own); any other path as it is."""
+    if (path / "events").is_dir() and not _event_files(path):
+        return path / "events"
+    return path
+
+
 def expand_events(paths: Sequence[Path], problems: list[str]) -> list[Path]:
     """The event logs that --events names, in order, each once: a directory as it is given,
-    a cluster's data directory (one holding node-N/events) as its nodes' logs."""
+    a cluster's data directory (one holding node-N/events) as its nodes' logs, a server's
+    data directory (one holding events/) as its log."""
     given: dict[Path, Path] = {}  # by the resolved path: a log named twice is read once
     for path in paths:
         given.setdefault(path.resolve(), path)
     found: dict[Path, Path] = {}
     for path in given.values():
-        for events in _nodes(path, problems) or [path]:
+        for events in _nodes(path, problems) or [_events_of(path)]:
             found.setdefault(events.resolve(), events)
     return list(found.values())
 
@@ -199,3 +214,134 @@ def open_inputs(run_dirs: list[Path], events: Path | Sequence[Path] | None) -> I
     given = [] if events is None else [events] if isinstance(events, Path) else list(events)
     dirs = [open_event_dir(path, problems) for path in expand_events(given, problems)]
     return Inputs(runs, dirs, problems)
+
+
+# -- what the report refuses before it starts -----------------------------------------------
+
+OFFSETS_PARTITION = re.compile(r"__consumer_offsets-\d+")
+RUN_WANTED = "as RUN_DIR the directory of `fastcoord loadtest --out`"
+EVENTS_WANTED = (
+    "give the event log of `fastcoord serve` (DATA_DIR/events), its data directory, or a "
+    "cluster's data directory"
+)
+
+
+def _listing(path: Path) -> dict[str, bool] | str:
+    """What a directory holds, name -> is a directory; else why it cannot be listed."""
+    if not path.exists():
+        return "no such directory"
+    if not path.is_dir():
+        return "not a directory"
+    try:
+        with os.scandir(path) as entries:
+            return {entry.name: entry.is_dir() for entry in entries}
+    except OSError as e:
+        return f"cannot be listed ({e.strerror or e})"
+
+
+def _event_files(path: Path) -> bool:
+    """Whether `path` holds files named as the event log names them."""
+    try:
+        with os.scandir(path) as entries:
+            return any(
+                e.name.startswith("events-") and e.name.endswith(".parquet") for e in entries
+            )
+    except OSError:
+        return False
+
+
+def _is_run(held: dict[str, bool]) -> bool:
+    return SUMMARY in held or any(held.get(table) for table in TABLES)
+
+
+def _is_cluster(path: Path, held: dict[str, bool]) -> bool:
+    """Whether `path` is a cluster's data directory with a node's event log in it."""
+    return any(
+        is_dir and NODE.fullmatch(name) and (path / name / "events").is_dir()
+        for name, is_dir in held.items()
+    )
+
+
+def _is_data_dir(held: dict[str, bool]) -> bool:
+    """Whether it is a server's (or a cluster's) data directory, with an event log or not."""
+    return any(
+        is_dir and (name == "events" or OFFSETS_PARTITION.fullmatch(name) or NODE.fullmatch(name))
+        for name, is_dir in held.items()
+    )
+
+
+def _run_refusal(path: Path) -> str | None:
+    """Why `path` is not a load test's results, saying what to give instead; None if it is."""
+    held = _listing(path)
+    if isinstance(held, str):
+        return f"{path}: {held}: give {RUN_WANTED}"
+    if _is_run(held):
+        return None
+    if path.resolve().name == "events" or _event_files(path):
+        return (
+            f"{path} is a server's event log, not a load test's results: give it as "
+            f"--events {path}, and {RUN_WANTED}"
+        )
+    if not [name for name in held if not name.startswith(".")]:
+        return f"{path}: an empty directory: give {RUN_WANTED}"
+    if _is_cluster(path, held):
+        return (
+            f"{path} is a cluster's data directory, not a load test's results: give it as "
+            f"--events {path} (its nodes' event logs), and {RUN_WANTED}"
+        )
+    if held.get("events"):
+        return (
+            f"{path} is a server's data directory, not a load test's results: give it as "
+            f"--events {path} (its event log), and {RUN_WANTED}"
+        )
+    if _is_data_dir(held):
+        return (
+            f"{path} is a server's data directory (without an event log), not a load "
+            f"test's results: give {RUN_WANTED}"
+        )
+    if "report.html" in held:
+        return (
+            f"{path} is a report's output (`fastcoord report --out`), not a load test's "
+            f"results: give {RUN_WANTED}"
+        )
+    return (
+        f"{path} is not a load test's results (no {SUMMARY}, no {', '.join(TABLES[:-1])} "
+        f"or {TABLES[-1]} directory in it): give {RUN_WANTED}"
+    )
+
+
+def _events_refusal(path: Path) -> str | None:
+    """Why `path` given as --events is no event log, saying what to give instead; None if
+    it is one, a server's data directory (holding events/) or a cluster's."""
+    held = _listing(path)
+    if isinstance(held, str):
+        return f"--events {path}: {held}: {EVENTS_WANTED}"
+    if path.resolve().name == "events" or _event_files(path):
+        return None
+    if held.get("events") or _is_cluster(path, held):
+        return None
+    if _is_run(held):
+        return (
+            f"--events {path} is a load test's results, not an event log: give it as RUN_DIR, "
+            "and as --events the server's data directory (or DATA_DIR/events)"
+        )
+    return (
+        f"--events {path} is not an event log (no events-*.parquet, no events/ directory, no "
+        f"node-N/events in it): {EVENTS_WANTED}"
+    )
+
+
+def refusals(run_dirs: Sequence[Path], events: Sequence[Path] = ()) -> list[str]:
+    """Why the report cannot start, one line per argument that cannot be used: every RUN_DIR
+    when none is a load test's results, every --events when none is an event log. Empty
+    when it can start; an unusable argument beside usable ones is left out later, with its
+    reason (open_inputs). Only directories are listed, so it answers at once, and without
+    pyspark: the report refuses before Spark starts."""
+    runs = [_run_refusal(path) for path in run_dirs]
+    if not run_dirs:
+        runs = [f"no RUN_DIR: give {RUN_WANTED}"]
+    logs = [_events_refusal(path) for path in events]
+    out = [r for r in runs if r] if all(runs) else []
+    if logs and all(logs):
+        out += [r for r in logs if r]
+    return out

@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fastcoord.output_dir import make_output_dir
 from fastcoord.pipeline import compare, html
 from fastcoord.pipeline.inputs import Inputs, open_inputs
 from fastcoord.pipeline.offsets import nodes_offsets
@@ -187,7 +188,7 @@ def make_report(
     report.problems = inputs.problems
     for problem in inputs.problems:
         console.print(f"[yellow]left out:[/] {problem}", highlight=False)
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out)
     rows: dict[str, list[dict[str, Any]]] = {}
     with Progress(
         SpinnerColumn(),

@@ -7,7 +7,8 @@ is a moment of the loop's time, between requests. It is off unless `admin.port` 
 HTTP/1.1, bounded in everything a client sends, is http.py's; this module routes.
 
     GET    /metrics             Prometheus text format
-    GET    /v1/groups           every group: id, state, protocol, generation, members
+    GET    /v1/groups           the groups by id: id, state, protocol, generation, members;
+                                ?state=Stable,Empty filters, ?limit=N&after=ID pages (Link)
     GET    /v1/groups/{id}      one group with its members
     GET    /v1/faults           the fault rules, with their state and injections
     POST   /v1/faults           add a rule (JSON); 201 and its view
@@ -21,11 +22,13 @@ server and a test can route requests over anything with those parts.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, quote, unquote
 
 import msgspec
 import trio
@@ -33,6 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from fastcoord.core.group import Group
+from fastcoord.core.state import GroupState
 from fastcoord.faults import Fault, FaultError, decode_rule
 from fastcoord.server import http
 from fastcoord.server.http import HttpError, Reply, Request, allow, error_reply, json_reply
@@ -137,6 +141,87 @@ def fault_view(fault: Fault, now_ms: int) -> FaultView:
     )
 
 
+# -- the list of groups: a filter by state, and pages --------------------------------------
+
+# Everything a client puts in the query is bounded: its length, and the page it may ask for
+# (each group of a page costs the loop its view; a pass over the groups finds the page).
+MAX_QUERY = 8192
+MAX_LIMIT = 10_000
+STATES = {str(state).lower(): state for state in GroupState}  # Kafka's names, any case
+QUERY_KEYS = ("state", "limit", "after")
+
+
+class GroupQuery(msgspec.Struct):
+    states: frozenset[GroupState] | None = None  # None: any
+    limit: int | None = None  # None: every group, in one answer
+    after: str | None = None  # only ids that sort after this one
+
+
+def group_query(query: str) -> GroupQuery:
+    """The query string of GET /v1/groups; HttpError 400 (414) saying what is wrong."""
+    if len(query) > MAX_QUERY:
+        raise HttpError(414, f"a query string of {len(query)} bytes; at most {MAX_QUERY}")
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, errors="strict", max_num_fields=16)
+    except ValueError as exc:  # too many fields, percent-encoded bytes that are not UTF-8
+        raise HttpError(400, f"malformed query string: {exc}") from None
+    given: dict[str, str] = {}
+    for key, value in pairs:
+        if key not in QUERY_KEYS:
+            raise HttpError(400, f"unknown parameter {key!r}: /v1/groups takes state, limit, after")
+        if key in given:
+            raise HttpError(400, f"{key} given twice")
+        given[key] = value
+    result = GroupQuery(after=given.get("after"))
+    if "state" in given:
+        names = [name.strip() for name in given["state"].split(",") if name.strip()]
+        unknown = [name for name in names if name.lower() not in STATES]
+        if unknown or not names:
+            known = ", ".join(str(state) for state in GroupState)
+            what = f"unknown state {', '.join(map(repr, unknown))}" if unknown else "no state"
+            raise HttpError(400, f"{what}: the states are {known} (any case)")
+        result.states = frozenset(STATES[name.lower()] for name in names)
+    if "limit" in given:
+        text = given["limit"]
+        digits = text.isascii() and text.isdigit() and len(text) <= len(str(MAX_LIMIT))
+        if not (digits and 1 <= int(text) <= MAX_LIMIT):
+            raise HttpError(400, f"limit must be a number from 1 to {MAX_LIMIT}, not {text!r}")
+        result.limit = int(text)
+    return result
+
+
+def next_page(query: GroupQuery, last: str) -> str:
+    """The Link header to the page after the group `last`, with the same filter and size."""
+    state = [] if query.states is None else [s for s in GroupState if s in query.states]
+    params = [f"state={','.join(map(str, state))}"] if state else []
+    params += [f"after={quote(last, safe='')}", f"limit={query.limit}"]
+    return f'</v1/groups?{"&".join(params)}>; rel="next"'
+
+
+def groups_page(groups: Mapping[str, Group], query: GroupQuery) -> Reply:
+    """The groups the query chooses, sorted by id; a Link to the next page if more remain."""
+    chosen: Iterable[tuple[str, Group]] = (
+        (group_id, group)
+        for group_id, group in groups.items()
+        if (query.states is None or group.state in query.states)
+        and (query.after is None or group_id > query.after)
+    )
+    by_id = itemgetter(0)
+    if query.limit is None:
+        page = sorted(chosen, key=by_id)
+    else:
+        # The page's groups and one more (so we know whether more remain), without sorting
+        # them all: a pass over the groups and a heap of limit + 1.
+        page = heapq.nsmallest(query.limit + 1, chosen, key=by_id)
+    more = query.limit is not None and len(page) > query.limit
+    if more:
+        del page[query.limit :]
+    reply = json_reply(200, [group_view(group) for _, group in page])
+    if more:
+        reply.headers = (("Link", next_page(query, page[-1][0])),)
+    return reply
+
+
 # -- routing --------------------------------------------------------------------------------
 
 
@@ -160,7 +245,7 @@ class Admin:
         ProcessCollector(namespace="fastcoord", registry=self.registry)
 
     def route(self, request: Request) -> Reply:
-        path = request.path.split("?", 1)[0]
+        path, _, query = request.path.partition("?")
         parts = [unquote(p) for p in path.strip("/").split("/")] if path != "/" else []
         method = request.method
         if parts == ["metrics"]:
@@ -168,7 +253,9 @@ class Admin:
             return Reply(200, exposition(self.registry), CONTENT_TYPE_LATEST)
         if parts[:2] == ["v1", "groups"] and len(parts) <= 3:
             allow(method, "GET")
-            return self._groups(parts[2] if len(parts) == 3 else None)
+            if len(parts) == 2:
+                return groups_page(self.host.groups(), group_query(query))
+            return self._group(parts[2])
         if parts[:2] == ["v1", "faults"] and len(parts) == 2:
             allow(method, "GET, POST, DELETE")
             return self._faults(method, request.body)
@@ -177,11 +264,8 @@ class Admin:
             return self._delete_fault(parts[2])
         raise HttpError(404, f"no such resource: {path}")
 
-    def _groups(self, group_id: str | None) -> Reply:
-        groups = self.host.groups()
-        if group_id is None:
-            return json_reply(200, [group_view(g) for g in groups.values()])
-        group = groups.get(group_id)
+    def _group(self, group_id: str) -> Reply:
+        group = self.host.groups().get(group_id)
         if group is None:
             raise HttpError(404, f"no group {group_id!r}")
         return json_reply(200, group_detail(group))

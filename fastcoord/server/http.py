@@ -29,6 +29,7 @@ REASONS = {
     408: "Request Timeout",
     411: "Length Required",
     413: "Content Too Large",
+    414: "URI Too Long",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
@@ -55,6 +56,9 @@ class Reply(msgspec.Struct):
     body: bytes
     content_type: str = JSON
     allow: str | None = None
+    # More headers, (name, value): the route's own text, never a client's verbatim (a Link
+    # carries a group id percent-encoded), so that no CR or LF reaches the head.
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 Route = Callable[["Request"], "Reply"]
@@ -177,4 +181,5 @@ async def send(stream: trio.SocketStream, reply: Reply, keep_alive: bool) -> Non
     ]
     if reply.allow:
         head.append(f"Allow: {reply.allow}")
+    head += [f"{name}: {value}" for name, value in reply.headers]
     await stream.send_all(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + reply.body)

@@ -64,11 +64,16 @@ def test_serve_listens_says_where_and_stops_on_sigterm(tmp_path: Path) -> None:
 
 
 def test_report_takes_event_logs_repeated_and_separated_by_commas(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from fastcoord import cli
     from fastcoord.pipeline import report
 
+    monkeypatch.chdir(tmp_path)  # a run and event logs there, or the report refuses to start
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "summary.json").write_text("{}")
+    for log in ("data/events", *(f"data/node-{n}/events" for n in range(3))):
+        (tmp_path / log).mkdir(parents=True)
     calls: list[tuple[Any, ...]] = []
 
     def make_report(*args: Any) -> Any:

@@ -1,10 +1,12 @@
 """The admin port of the real `fastcoord serve`, with real clients: the Prometheus scrape
 parsed by prometheus-client's own parser and checked against the groups the clients made,
-the groups as JSON, and the clear 4xx answers that bad HTTP gets."""
+the groups as JSON (sorted, filtered by state, in pages linked by a Link header that the
+admin client follows), and the clear 4xx answers that bad HTTP gets."""
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import socket
 import time
 from collections.abc import Iterator
@@ -15,8 +17,10 @@ import pytest
 from kafka import OffsetAndMetadata, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from fastcoord.client.admin import AdminClient, parse_address
+from fastcoord.client.admin import AdminClient, AdminError, parse_address
+from fastcoord.client.offsets import offset_commit_request
 from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.messages import OffsetCommitResponse
 from fastcoord.testing import ServerProcess
 from tests.interop.groups import TOPIC, group_server, settle
 from tests.interop.kafka_python_member import Member
@@ -124,6 +128,65 @@ def test_groups_as_json(server: ServerProcess) -> None:
         assert shown["assignment_bytes"] > 0
     with pytest.raises(Exception, match="no group 'nobody'"):
         admin.group("nobody")
+
+
+def commit_alone(server: ServerProcess, group_ids: list[str]) -> None:
+    """An offset committed for each group by no member (a simple commit, as a tool that
+    resets offsets does): each group is created Empty."""
+    with server.connect() as conn:
+        version = conn.version(ApiKey.OFFSET_COMMIT, 8)
+        for group_id in group_ids:
+            request = offset_commit_request(
+                group_id,
+                [(TOPIC, [0])],
+                {},
+                5,
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                group_instance_id=None,
+            )
+            answer = conn.request(request, version)
+            assert isinstance(answer, OffsetCommitResponse)
+            assert answer.topics[0].partitions[0].error_code == 0
+
+
+def test_groups_sorted_filtered_and_in_pages(server: ServerProcess) -> None:
+    admin = AdminClient(server.admin)
+    empty = ["zeta", "alpha", "m/ix & match", "\u00e9t\u00e9", "beta"]
+    members = [Member(server, f"m{i}") for i in range(2)]
+    try:
+        settle(members)
+        commit_alone(server, empty)
+        every = sorted([*empty, "g"])
+        assert [g["group_id"] for g in admin.groups()] == every
+        assert [g["group_id"] for g in admin.groups(state="stable")] == ["g"]
+        assert [g["group_id"] for g in admin.groups(state=["Empty"])] == sorted(empty)
+        assert admin.groups(state="Stable,Empty") == admin.groups()
+        # In pages: the Link header over the wire, followed by the client.
+        assert admin.groups(page_size=2) == admin.groups()
+        first, after = admin.groups_page(limit=4)
+        assert ([g["group_id"] for g in first], after) == (every[:4], every[3])
+        rest, end = admin.groups_page(limit=4, after=after)
+        assert ([g["group_id"] for g in rest], end) == (every[4:], None)
+        connection = http.client.HTTPConnection(*parse_address(server.admin), timeout=10)
+        try:
+            connection.request("GET", "/v1/groups?state=Empty&limit=2")
+            answer = connection.getresponse()
+            body = answer.read()
+        finally:
+            connection.close()
+        assert answer.status == 200
+        assert [g["group_id"] for g in msgspec.json.decode(body)] == ["alpha", "beta"]
+        assert answer.headers["Link"] == '</v1/groups?state=Empty&after=beta&limit=2>; rel="next"'
+        with pytest.raises(AdminError) as refused:
+            admin.groups(state="Balancing")
+        assert refused.value.status == 400
+        assert "the states are Empty, PreparingRebalance" in refused.value.message
+        with pytest.raises(AdminError, match="limit must be a number from 1 to 10000"):
+            admin.groups_page(limit=0)
+    finally:
+        for m in members:
+            m.close()
 
 
 def raw(address: str, data: bytes) -> tuple[int, bytes]:

@@ -49,7 +49,8 @@ def test_tables_read_with_their_schemas(tmp_path: Path) -> None:
     assert ds.dataset(out / "states").count_rows() == 4
     assert ds.dataset(out / "errors").count_rows() == 4 * 2
     assert ds.dataset(out / "rebalances").count_rows() == 4 * 2
-    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
+    # No temporary file is left: the one hidden file is git's.
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == [".gitignore"]
 
 
 def test_rows_carry_the_names_and_times(tmp_path: Path) -> None:
@@ -120,6 +121,33 @@ def test_a_second_run_in_the_same_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError, match="another run"):
         Aggregator(out, {}, workers=1, thresholds=Thresholds())
     Aggregator(tmp_path / "empty-but-there", {}, workers=1, thresholds=Thresholds())
+
+
+def git_ignores(repo: Path, path: Path) -> bool:
+    """Whether git, in `repo` (made a repository if need be), ignores `path`."""
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=30)
+    done = subprocess.run(
+        ["git", "-C", str(repo), "check-ignore", "-q", str(path.relative_to(repo))], timeout=30
+    )
+    return done.returncode == 0
+
+
+def test_a_run_directory_is_ignored_by_git(tmp_path: Path) -> None:
+    repo = tmp_path / "checkout"
+    out = repo / "runs" / "run1"
+    run_of(out, seconds=1)
+    assert (out / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert git_ignores(repo, out / "latency" / "part-00000.parquet")
+    assert git_ignores(repo, out / "summary.json")
+    # The .gitignore is no run's: a run that wrote nothing else leaves the directory usable.
+    results.Results(repo / "fresh")
+    results.Results(repo / "fresh")
+    # A directory that already held something is the user's: nothing is added to it.
+    (repo / "mine").mkdir()
+    (repo / "mine" / "notes.txt").write_text("mine")
+    results.Results(repo / "mine")
+    assert not (repo / "mine" / ".gitignore").exists()
+    assert not git_ignores(repo, repo / "mine" / "notes.txt")
 
 
 def test_a_killed_run_leaves_whole_files_and_what_it_flushed(tmp_path: Path) -> None:

@@ -203,6 +203,7 @@ def test_a_report_over_a_cluster(spark: Any, cluster: dict[str, Any]) -> None:
         (g8, 0, 3, 1),
     ]
     assert "The server&#x27;s event log" in (base / "report" / "report.html").read_text()
+    assert (base / "report" / ".gitignore").read_text().splitlines()[-1] == "*"  # git: not ours
 
 
 def test_expansion_order_and_what_is_missing(tmp_path: Path) -> None:

@@ -1,22 +1,32 @@
 """The admin port's routing over a host of the test's own: the groups it holds as JSON (a
-list, one group with its members, 404 for another), the fault rules added, listed and
-ended through a real FaultInjector, and /metrics built from what the host reads."""
+list sorted by id, filtered by state and paged with a Link to the next page; one group with
+its members, 404 for another), the fault rules added, listed and ended through a real
+FaultInjector, and /metrics built from what the host reads."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import msgspec
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastcoord.core.group import Group, Member
 from fastcoord.core.native import member_table
-from fastcoord.core.state import STABLE
+from fastcoord.core.state import (
+    COMPLETING_REBALANCE,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    GroupState,
+)
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.server.admin import Admin
 from fastcoord.server.fault_injection import FaultInjector
-from fastcoord.server.http import Request
+from fastcoord.server.http import Reply, Request
 from fastcoord.server.metrics import Metrics
 from fastcoord.timings import Timings
 
@@ -95,15 +105,7 @@ def test_the_groups_of_the_host() -> None:
     admin = Admin(Host())
     status, groups = ask(admin, "GET", "/v1/groups")
     assert status == 200
-    assert groups == [
-        {
-            "group_id": "orders",
-            "state": "Stable",
-            "protocol_type": "consumer",
-            "protocol": "range",
-            "generation": 3,
-            "members": 2,
-        },
+    assert groups == [  # sorted by id
         {
             "group_id": "audit",
             "state": "Empty",
@@ -111,6 +113,14 @@ def test_the_groups_of_the_host() -> None:
             "protocol": None,
             "generation": 0,
             "members": 0,
+        },
+        {
+            "group_id": "orders",
+            "state": "Stable",
+            "protocol_type": "consumer",
+            "protocol": "range",
+            "generation": 3,
+            "members": 2,
         },
     ]
     status, orders = ask(admin, "GET", "/v1/groups/orders?verbose")
@@ -122,6 +132,118 @@ def test_the_groups_of_the_host() -> None:
     ]
     assert ask(admin, "GET", "/v1/groups/payments") == (404, {"error": "no group 'payments'"})
     assert ask(admin, "DELETE", "/v1/groups/orders")[0] == 405
+
+
+def many_groups() -> tuple[Host, dict[str, GroupState]]:
+    """A host with the two groups of Host and 40 more in every state but Dead, their ids
+    in no order and some needing percent-encoding in a URL."""
+    host = Host()
+    states = {"orders": STABLE, "audit": EMPTY}
+    cycle = [EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE]
+    for n in range(40):
+        group_id = f"g{(n * 17) % 40:02d}" + (" a/b&c=d" if n % 7 == 0 else "")
+        group = Group(group_id, 0, host.table)
+        group.state = cycle[n % 4]
+        host._groups[group_id] = group
+        states[group_id] = group.state
+    return host, states
+
+
+def page(admin: Admin, path: str) -> tuple[list[str], str | None]:
+    """The ids of one answer of /v1/groups, and the path its Link gives to the next."""
+    reply: Reply = admin.reply(Request("GET", path, True, b""))
+    assert reply.status == 200, reply.body
+    links = [value for name, value in reply.headers if name == "Link"]
+    following = None
+    if links:
+        (link,) = links
+        match = re.fullmatch(r'<(/v1/groups\?[^>]*)>; rel="next"', link)
+        assert match, link
+        following = match[1]
+    return [g["group_id"] for g in msgspec.json.decode(reply.body)], following
+
+
+def test_groups_filtered_by_state() -> None:
+    host, states = many_groups()
+    admin = Admin(host)
+    ids, following = page(admin, "/v1/groups")
+    assert ids == sorted(states) and following is None
+    for query, wanted in [
+        ("Stable", {STABLE}),
+        ("stable", {STABLE}),
+        ("Stable,Empty", {STABLE, EMPTY}),
+        ("EMPTY, completingrebalance", {EMPTY, COMPLETING_REBALANCE}),
+        ("Dead", set()),
+    ]:
+        ids, _ = page(admin, f"/v1/groups?state={quote(query)}")
+        assert ids == sorted(g for g, state in states.items() if state in wanted), query
+    status, refused = ask(admin, "GET", "/v1/groups?state=Stable,Rebalancing")
+    assert (status, refused) == (
+        400,
+        {
+            "error": "unknown state 'Rebalancing': the states are Empty, PreparingRebalance, "
+            "CompletingRebalance, Stable, Dead (any case)"
+        },
+    )
+    assert ask(admin, "GET", "/v1/groups?state=")[0] == 400
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 42, 10_000])
+def test_groups_in_pages_follow_the_link(size: int) -> None:
+    host, states = many_groups()
+    admin = Admin(host)
+    seen: list[str] = []
+    path: str | None = f"/v1/groups?limit={size}"
+    pages = 0
+    while path is not None:
+        ids, path = page(admin, path)
+        assert 1 <= len(ids) <= size
+        assert path is None or f"limit={size}" in path
+        seen += ids
+        pages += 1
+    assert seen == sorted(states)
+    assert pages == -(-len(states) // size)  # no empty last page
+
+
+def test_a_filtered_page_keeps_its_filter_and_starts_after_an_id() -> None:
+    host, states = many_groups()
+    admin = Admin(host)
+    stable = sorted(g for g, state in states.items() if state == STABLE)
+    ids, following = page(admin, "/v1/groups?state=stable,Stable&limit=4")
+    assert ids == stable[:4]
+    assert following == f"/v1/groups?state=Stable&after={quote(stable[3], safe='')}&limit=4"
+    ids, following = page(admin, following)
+    assert ids == stable[4:8]
+    # `after` need not be a group's id: the groups whose id sorts after it.
+    ids, following = page(admin, "/v1/groups?after=g2&limit=10000")
+    assert ids == [g for g in sorted(states) if g > "g2"] and following is None
+    ids, _ = page(admin, "/v1/groups?after=" + quote(stable[-1], safe="") + "&state=Stable")
+    assert ids == []
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "error"),
+    [
+        ("limit=0", 400, "limit must be a number from 1 to 10000, not '0'"),
+        ("limit=10001", 400, "limit must be a number from 1 to 10000, not '10001'"),
+        ("limit=-1", 400, "limit must be a number from 1 to 10000, not '-1'"),
+        ("limit=ten", 400, "limit must be a number from 1 to 10000, not 'ten'"),
+        ("limit=" + "9" * 5000, 400, "limit must be a number from 1 to 10000, not '999"),
+        ("limit=%D9%A3", 400, "limit must be a number from 1 to 10000, not '٣'"),
+        ("limit=2&limit=3", 400, "limit given twice"),
+        ("sort=id", 400, "unknown parameter 'sort': /v1/groups takes state, limit, after"),
+        ("verbose", 400, "unknown parameter 'verbose'"),
+        ("after=%FF", 400, "malformed query string"),
+        ("a=1&" * 20, 400, "malformed query string: Max number of fields exceeded"),
+        ("after=" + "x" * 9000, 414, "a query string of 9006 bytes; at most 8192"),
+    ],
+    ids=lambda v: v[:30] if isinstance(v, str) else str(v),
+)
+def test_bad_parameters_are_refused_saying_why(query: str, status: int, error: str) -> None:
+    admin = Admin(Host())
+    got, body = ask(admin, "GET", f"/v1/groups?{query}")
+    assert got == status
+    assert body["error"].startswith(error)
 
 
 def test_fault_rules_through_the_hosts_injector() -> None:
