@@ -67,7 +67,7 @@ BASE ?= HEAD^
 perf-gate: $(STAMP) compile  ## BASE=REV (default HEAD^): exits 1 when a guarded benchmark got slower
 	$(BIN)/python -m benches.perf_gate --base $(BASE)
 
-# The report's Spark, matplotlib and Java, as pyproject.toml's `report` extra lists them,
+# The report's Spark and Java, as pyproject.toml's `report` extra lists them,
 # installed beside fastcoord without building it again, and only when one of them does not
 # import: `make test` has installed them already.
 REPORT_STAMP := $(VENV)/.installed-report

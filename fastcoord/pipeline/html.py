@@ -19,7 +19,6 @@ failed says so, to a reader and to a test.
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import math
@@ -28,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from importlib import resources
-from pathlib import Path
 from typing import Any, Literal
 
 CHART_TYPES = ("line", "step", "area", "bars")
@@ -480,25 +478,3 @@ class Page:
             f"<script>{ERROR_SCRIPT}</script></head>"
             f"<body>{text}{scripts}</body></html>\n"
         )
-
-
-# The old API, which report.py uses until it builds its page with Page: a chart as a PNG
-# file embedded as a data: URI, and a page of (heading, html) sections.
-
-
-def chart(path: Path, title: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
-    name = html.escape(path.name)
-    return (
-        f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(title)}" '
-        f'data-file="charts/{name}"><figcaption>{html.escape(title)} '
-        f'(<a href="charts/{name}">{name}</a>)</figcaption></figure>'
-    )
-
-
-def page(title: str, sections: Sequence[tuple[str, str]], problems: Sequence[str]) -> str:
-    built = Page(title)
-    built.problems(problems)
-    for heading, content in sections:
-        built.section(heading, content)
-    return built.render()

@@ -11,7 +11,7 @@ tables, which tests check against the run's own.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fastcoord.loadtest.results import STATES
@@ -92,12 +92,6 @@ def verdict(scope: Scope, figures: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _number(value: Any, unit: str = "") -> str:
-    if value is None:
-        return "-"
-    return f"{html.cell(value)}{unit}"
-
-
 def _cards(scope: Scope, f: dict[str, Any]) -> list[html.Figure]:
     run = scope.run
     window = f["window"]
@@ -106,33 +100,35 @@ def _cards(scope: Scope, f: dict[str, Any]) -> list[html.Figure]:
     cards = [
         html.Figure(
             f"{run}.members_reached",
-            "members stable (most)",
+            "members stable (most at once)",
             f["members_reached"],
-            _number(f["members_reached"]) + (f" of {target:,}" if target is not None else ""),
+            note=f"of {target:,} in the run" if target is not None else "",
+            tone=None if target is None else "good" if f["members_reached"] == target else "bad",
         ),
         *(
             html.Figure(
                 f"{run}.heartbeat_{name}",
                 f"{f['heartbeat_api']} {label}",
                 f[f"heartbeat_{name}"],
-                _number(f[f"heartbeat_{name}"], " ms"),
-                where,
+                unit="ms",
+                note=where,
             )
             for name, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p99_9_ms", "p99.9"))
         ),
         html.Figure(
             f"{run}.error_rate",
-            "error rate",
+            "error rate (whole run)",
             f["error_rate"],
-            f"{f['error_rate']:.4%}" if f["error_rate"] is not None else "-",
-            f"{f['errors']:,} errors in {f['requests']:,} requests; {f['signals']:,} signals apart",
+            text=f"{f['error_rate']:.3%}" if f["error_rate"] is not None else None,
+            note=f"{f['errors']:,} errors in {f['requests']:,} requests; "
+            f"{f['signals']:,} signals apart",
+            tone="good" if not f["errors"] else "bad",
         ),
         html.Figure(
             f"{run}.rebalances",
             "rebalances after formation",
             f["rebalances"],
-            _number(f["rebalances"]),
-            f"and {f['formations']:,} groups formed",
+            note=f"and {f['formations']:,} formations",
         ),
     ]
     if f["server_cores"] is not None:
@@ -141,8 +137,8 @@ def _cards(scope: Scope, f: dict[str, Any]) -> list[html.Figure]:
                 f"{run}.server_cores",
                 "server CPU",
                 f["server_cores"],
-                f"{f['server_cores']:.2f} cores",
-                where,
+                unit="cores",
+                note=where,
             )
         )
         rss = f["server_peak_rss_bytes"]
@@ -151,8 +147,8 @@ def _cards(scope: Scope, f: dict[str, Any]) -> list[html.Figure]:
                 f"{run}.server_peak_rss_bytes",
                 "server memory (peak RSS)",
                 rss,
-                f"{rss / MB:,.0f} MB",
-                where,
+                text=f"{rss / MB:,.0f} MB" if rss is not None else None,
+                note=where,
             )
         )
     return cards
@@ -388,10 +384,22 @@ LATENCY_COLUMNS = [
     "p99_9_ms",
     "max_ms",
 ]
+SIZE_COLUMNS = ["run", "size", "formation", "rebalances", "p50_ms", "p99_ms", "max_ms"]
+SLOWEST_COLUMNS = [
+    "run",
+    "group_id",
+    "generation",
+    "started",
+    "duration_ms",
+    "members",
+    "formation",
+    "last_joined",
+    "expired",
+]
 PHASE_ORDER = {"joining": 0, "steady": 1, "leaving": 2, "run": 3}
 
 
-def _phase_key(r: dict[str, Any]) -> tuple[Any, ...]:
+def _phase_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
     return (r["run"], PHASE_ORDER.get(r["phase"], 9), r.get("api", ""))
 
 
@@ -462,18 +470,24 @@ def render(report: Report, rows: dict[str, Rows], comparison: Rows, options: Opt
         "Over time",
         "".join(page.chart(spec) for spec in time_charts(report, rows)),
     )
-    later = [r for r in rows["slowest_rebalances"]]
+    slowest = rows["slowest_rebalances"]
+    which = "" if options.formation else " (formations left out: --formation takes them in)"
     page.section(
         "Rebalances",
         page.chart(distribution_chart(report, rows))
         + html.table(
             sorted(
                 rows["rebalance_sizes_client"], key=lambda r: (r["run"], r["formation"], r["size"])
-            )
+            ),
+            SIZE_COLUMNS,
         )
-        + f"<h3>The slowest, as the server ran them{'' if options.formation else ' (formation left out: --formation includes it)'}</h3>"
+        + f"<h3>The slowest, as the server ran them{which}</h3>"
         + html.table(
-            later, limit=options.top, total=len(later), source="tables/rebalances_server/"
+            slowest,
+            SLOWEST_COLUMNS,
+            limit=options.top,
+            total=report.totals.get("rebalances_server", len(slowest)),
+            source="tables/rebalances_server/",
         ),
     )
     page.section(

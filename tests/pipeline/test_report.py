@@ -6,6 +6,7 @@ tables; the page opened in a real browser; bad inputs."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import re
 import subprocess
@@ -267,7 +268,7 @@ def test_the_servers_cpu_and_memory_in_the_steady_window(reported: dict[str, Any
     steady = phases["steady"]
     used = spans = 0.0
     peak = 0
-    for prev, cur in zip(samples, samples[1:], strict=False):
+    for prev, cur in itertools.pairwise(samples):
         if steady["first_s"] <= cur["elapsed_s"] <= steady["last_s"]:
             used += max(0.0, cur["cpu_s"] - prev["cpu_s"])
             spans += (cur["time"] - prev["time"]).total_seconds()
