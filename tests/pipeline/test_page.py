@@ -590,9 +590,3 @@ def test_the_chromium_is_the_one_asked_for(monkeypatch: pytest.MonkeyPatch) -> N
     assert chromium() == sys.executable
     monkeypatch.setenv("FASTCOORD_CHROMIUM", "/nonexistent/chromium")
     assert chromium() is None
-
-
-def test_the_old_page_api_still_works() -> None:
-    text = html.page("old <title>", [("A section", "<p>x</p>")], ["a problem"])
-    assert "<h1>old &lt;title&gt;</h1>" in text and "Inputs left out" in text
-    assert "<h2>A section</h2><p>x</p>" in text and "fastcoord-charts" not in text
