@@ -19,12 +19,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fastcoord.protocol.api_keys import api_name
-from fastcoord.protocol.errors import error_name
+from fastcoord.protocol.errors import ErrorCode, error_name
 from fastcoord.server.event_files import temporary  # the same hidden names Spark skips
 from fastcoord.storage.swap import fsync_directory
 
 # The member states the workers report, one column each in `states`.
 STATES = ("unjoined", "joining", "syncing", "stable", "leaving", "stopped")
+
+# The protocol's signals to a member (join again with this id; rejoin; commit again with the
+# member epoch the heartbeat just brought): answers that say what to do next, expected
+# while groups rebalance. They are counted apart from the errors everywhere (tables,
+# summary, views), so that a join's MEMBER_ID_REQUIRED handshake is not an error rate.
+SIGNALS = frozenset(
+    {
+        ErrorCode.MEMBER_ID_REQUIRED,
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.STALE_MEMBER_EPOCH,
+    }
+)
 
 TIME = pa.timestamp("ms", tz="UTC")
 
@@ -35,6 +47,7 @@ LATENCY = pa.schema(
         ("api", pa.string()),
         ("count", pa.int64()),
         ("errors", pa.int64()),
+        ("signals", pa.int64()),
         ("buckets", pa.list_(pa.int16())),
         ("counts", pa.list_(pa.int64())),
         ("sum_us", pa.int64()),
@@ -62,6 +75,7 @@ ERRORS = pa.schema(
         ("error", pa.string()),
         ("group", pa.string()),
         ("member", pa.string()),
+        ("signal", pa.bool_()),
     ]
 )
 STATES_SCHEMA = pa.schema(
@@ -74,11 +88,22 @@ STATES_SCHEMA = pa.schema(
         ("cpu_s", pa.float64()),
     ]
 )
+# The server's own figures, read from its admin port's /metrics (one row per sample).
+SERVER = pa.schema(
+    [
+        ("time", TIME),
+        ("elapsed_s", pa.int32()),
+        ("node", pa.string()),  # the admin port asked, HOST:PORT
+        ("cpu_s", pa.float64()),  # cumulative, as the server reported it
+        ("rss_bytes", pa.int64()),
+    ]
+)
 SCHEMAS = {
     "latency": LATENCY,
     "rebalances": REBALANCES,
     "errors": ERRORS,
     "states": STATES_SCHEMA,
+    "server": SERVER,
 }
 SUMMARY = "summary.json"
 PART = "part-{:05d}.parquet"
@@ -112,6 +137,7 @@ def error_table(rows: Sequence[tuple[int, int, int, str, str]]) -> pa.Table:
             "error": [error_name(r[2]) for r in rows],
             "group": [r[3] for r in rows],
             "member": [r[4] for r in rows],
+            "signal": [r[2] in SIGNALS for r in rows],
         },
         schema=ERRORS,
     )
@@ -140,6 +166,30 @@ def rebalance_table(
 
 def states_rows(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=STATES_SCHEMA)
+
+
+def server_table(rows: Sequence[tuple[int, int, str, float, int]]) -> pa.Table:
+    """The server table from samples (wall_ms, elapsed_s, node, cpu_s, rss_bytes)."""
+    return pa.table(
+        {
+            "time": [r[0] for r in rows],
+            "elapsed_s": [r[1] for r in rows],
+            "node": [r[2] for r in rows],
+            "cpu_s": [r[3] for r in rows],
+            "rss_bytes": [r[4] for r in rows],
+        },
+        schema=SERVER,
+    )
+
+
+def earlier_run(out: Path) -> str | None:
+    """Why `out` cannot take a run's results (it holds another run's), else None: the check
+    Results makes, for the command to make before anything starts."""
+    earlier = [name for name in (SUMMARY, *SCHEMAS) if (out / name).exists()]
+    if not earlier:
+        return None
+    names = ", ".join(earlier)
+    return f"{out} holds another run's results ({names}): give an empty or new directory"
 
 
 class Results:
