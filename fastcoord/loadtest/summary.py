@@ -238,8 +238,8 @@ def judge(
                 continue
             if p99 > thresholds.max_p99_ms:
                 failures.append(
-                    f"{name} p99 {p99:.3f} ms {where} is above the limit "
-                    f"{thresholds.max_p99_ms:g} ms."
+                    f"{name} p99 {p99:.3f} ms is above the limit {thresholds.max_p99_ms:g} ms "
+                    f"{where}."
                 )
     return {"passed": not failures, "failures": failures}
 

@@ -125,5 +125,5 @@ def test_the_end_table_holds_the_summary() -> None:
     assert "generator: workers 1, CPU 0.9 s, 0.45 cores" in text
     assert "peak stable 900" in text and "target 1,000" in text
     assert "verdict: failed" in text
-    assert "Heartbeat p99 1.024 ms over the whole run is above the limit 0.5 ms." in text
-    assert "OffsetCommit p99 4.000 ms over the whole run is above the limit 0.5 ms." in text
+    assert "Heartbeat p99 1.024 ms is above the limit 0.5 ms over the whole run." in text
+    assert "OffsetCommit p99 4.000 ms is above the limit 0.5 ms over the whole run." in text
