@@ -337,10 +337,16 @@ def no_steady_phase(summary: Mapping[str, Any]) -> str:
     if warmup is not None:
         return f"no steady phase: --warmup {warmup:g} s reached the end of the scenario"
     m = summary["members"]
-    target = f" of {m['target']:,}" if isinstance(m["target"], int) else ""
+    target = m["target"]
+    if isinstance(target, int) and m["peak_stable"] >= target:
+        return (
+            "no steady phase: every member was stable only as the scenario ended; the whole "
+            "run's figures include its joins and leaves"
+        )
+    of = f" of {target:,}" if isinstance(target, int) else ""
     return (
         f"no steady phase: the members were never all stable at once ({m['peak_stable']:,}"
-        f"{target} at most); the whole run's figures include its joins and leaves"
+        f"{of} at most); the whole run's figures include its joins and leaves"
     )
 
 
