@@ -193,9 +193,10 @@ def _add_cluster(sub: Any) -> None:
 LOADTEST_HELP = """\
 Drive simulated consumer-group members against any Kafka coordinator (fastcoord, the
 librdkafka mock cluster, a real broker), measure every request, and keep the results under
---out (Parquet tables and summary.json). Exit status: 0 passed, 1 a --max-* threshold was
-exceeded, 2 the run could not start, 3 it was cut short (the server died or stalled), 130
-interrupted. Results measured before any end are kept.
+--out (Parquet tables and summary.json), the steady phase's figures apart from the joins
+and leaves. Exit status: 0 passed, 1 a --max-* threshold was exceeded, 2 the run could not
+start, 3 it was cut short (the server died or stalled), 130 interrupted (Ctrl-C), 143
+terminated (SIGTERM). Results measured before any end are kept.
 """
 
 
@@ -232,6 +233,7 @@ def _loadtest(args: argparse.Namespace) -> int:
         faults=Path(args.faults) if args.faults else None,
         admin=args.admin,
         group_protocol=args.group_protocol,
+        warmup_s=args.warmup,
     )
     return run(options)
 
@@ -245,6 +247,16 @@ def _positive(kind: type[int] | type[float]) -> Any:
 
     parse.__name__ = kind.__name__
     return parse
+
+
+def _not_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+_not_negative.__name__ = "float"  # argparse names a value it cannot parse by its type
 
 
 def _add_loadtest(sub: Any) -> None:
@@ -302,6 +314,14 @@ def _add_loadtest(sub: Any) -> None:
         default=60.0,
         metavar="SECONDS",
         help="how long the run lasts, joining included",
+    )
+    p.add_argument(
+        "--warmup",
+        type=_not_negative,
+        default=None,
+        metavar="SECONDS",
+        help="the joining phase lasts this long, whatever the members did; the steady "
+        "phase's figures start after it (default: once every member is stable)",
     )
     p.add_argument(
         "--heartbeat-interval-ms",
@@ -392,14 +412,15 @@ def _add_loadtest(sub: Any) -> None:
         type=float,
         default=None,
         metavar="FRACTION",
-        help="exit 1 if errors exceed this share of requests",
+        help="exit 1 if errors (the protocol's signals never count) exceed this share of requests",
     )
     p.add_argument(
         "--max-p99-ms",
         type=float,
         default=None,
         metavar="MS",
-        help="exit 1 if an API's p99 exceeds this (JoinGroup and SyncGroup excepted)",
+        help="exit 1 if an API's p99 in the steady phase (the whole run's without one) "
+        "exceeds this (JoinGroup and SyncGroup excepted)",
     )
     p.add_argument(
         "--faults",
@@ -412,8 +433,9 @@ def _add_loadtest(sub: Any) -> None:
         "--admin",
         default=None,
         metavar="HOST:PORT[,...]",
-        help="the server's admin port (fastcoord serve --admin-port), for --faults; a "
-        "cluster's: every node's, comma-separated, and each fault goes to every node",
+        help="the server's admin port (fastcoord serve --admin-port): its CPU and memory "
+        "are sampled every second, and --faults go through it; a cluster's: every node's, "
+        "comma-separated (each fault goes to every node)",
     )
     p.set_defaults(func=_loadtest)
 

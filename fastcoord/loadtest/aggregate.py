@@ -11,25 +11,40 @@ Against a cluster, each coordinator node's share (its groups, its members' conne
 what they had answered) is kept beside the whole: workers send each node's counts every
 second, and which node coordinates which group only when that changes, so the groups are
 counted here, once per group however many workers hold its members.
+
+Every worker's seconds are also kept per second (seconds.py, compacted once merged) for the
+run's phases (phases.py), which the merged seconds' stable members decide, and for the
+faults' windows. Errors and the protocol's signals (results.SIGNALS) are told apart here,
+once a second, never on the workers' hot path.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fastcoord.loadtest import results
+from fastcoord.loadtest import phases, results
 from fastcoord.loadtest.histogram import Histogram
 from fastcoord.loadtest.results import STATES, Results
+from fastcoord.loadtest.sampler import Sample, ServerFigures
+from fastcoord.loadtest.seconds import PerSecond
 from fastcoord.loadtest.stats import Second
-from fastcoord.loadtest.summary import PERCENTILES, Thresholds, Totals, summarize
+from fastcoord.loadtest.summary import (
+    PERCENTILES,
+    Thresholds,
+    Totals,
+    counted,
+    split,
+    summarize,
+)
 from fastcoord.protocol.api_keys import api_name
-from fastcoord.protocol.errors import error_name
 
 __all__ = ["Aggregator", "ApiView", "NodeView", "Snapshot", "Thresholds"]
 
@@ -46,7 +61,8 @@ class ApiView:
     """One API in one merged second."""
 
     requests: int
-    errors: dict[str, int]  # error name -> count
+    errors: dict[str, int]  # error name -> count, signals apart
+    signals: dict[str, int]  # signal name -> count
     p50_ms: float
     p99_ms: float
     p99_9_ms: float
@@ -61,7 +77,8 @@ class NodeView:
     groups: int
     connections: int
     requests: int
-    errors: dict[str, int]  # error name -> count
+    errors: dict[str, int]  # error name -> count, signals apart
+    signals: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -78,13 +95,14 @@ class Snapshot:
     connections: int
     cpu_s: float  # the workers' CPU during the newest merged second
     requests: int  # the run's totals from here on
-    errors: dict[str, int]
-    failures: int
+    errors: dict[str, int]  # by name, signals apart
+    signals: dict[str, int]
     rebalances: int
     unexpected_rebalances: int
     unexpected_expirations: int
     commits: int
     nodes: list[NodeView] = field(default_factory=list)  # in id order
+    phase: str | None = None  # of the newest merged second: joining, steady or leaving
 
 
 @dataclass
@@ -141,7 +159,8 @@ def _merge(elapsed_s: int, seconds: list[Second]) -> _Merged:
 class Aggregator:
     """The run's measurements: merged seconds to Parquet under `out` (None: keep nothing),
     totals to summary.json. `config` is the run's settings as given (kept in the summary;
-    "members" and "duration_s", when there, are the target and the planned length)."""
+    "members", "duration_s" and "warmup_s", when there, are the target, the planned length
+    and --warmup)."""
 
     def __init__(
         self,
@@ -155,6 +174,10 @@ class Aggregator:
         self.thresholds = thresholds
         self.results = Results(out) if out is not None else None
         self.totals = Totals()
+        self.per_second = PerSecond()  # the phases' and the faults' figures
+        self.server: ServerFigures | None = None  # with --admin
+        self.stop_s: float | None = None  # when the parent stopped the scenario, run seconds
+        self._stable: dict[int, int] = {}  # merged second -> stable members
         self._pending: dict[int, list[Second]] = {}
         self._written: set[int] = set()
         self._newest = 0
@@ -165,6 +188,7 @@ class Aggregator:
     def add(self, second: Second) -> None:
         """One worker's second: counted at once, merged when its second is due."""
         self._count(second)
+        self.per_second.add(second)
         if second.elapsed_s in self._written:
             self.totals.late_seconds += 1
         else:
@@ -217,6 +241,8 @@ class Aggregator:
     def _write_second(self, elapsed_s: int) -> None:
         m = _merge(elapsed_s, self._pending.pop(elapsed_s))
         self._written.add(elapsed_s)
+        self.per_second.compact(elapsed_s)
+        self._stable[elapsed_s] = m.states.get("stable", 0)
         self.totals.peak_stable = max(self.totals.peak_stable, m.states.get("stable", 0))
         for address, merged in m.nodes.items():
             node = self.totals.node(address)
@@ -227,13 +253,15 @@ class Aggregator:
             return
         for api_key, h in sorted(m.latency.items()):
             buckets, counts = h.nonzero()
+            errors, signals = counted(m.errors.get(api_key, {}))
             self._rows["latency"].append(
                 {
                     "time": m.wall_ms,
                     "elapsed_s": elapsed_s,
                     "api": api_name(api_key),
                     "count": h.count,
-                    "errors": sum(m.errors.get(api_key, {}).values()),
+                    "errors": errors,
+                    "signals": signals,
                     "buckets": buckets,
                     "counts": counts,
                     "sum_us": h.sum_us,
@@ -251,23 +279,55 @@ class Aggregator:
             }
         )
 
+    def watch_server(self, addresses: Sequence[str]) -> None:
+        """The server's admin ports are sampled (--admin): summary.json has its section."""
+        self.server = ServerFigures(addresses)
+
+    def add_server(self, samples: Sequence[Sample], failed: dict[str, int]) -> None:
+        """Samples of the server (sampler.py) and the failed ones' count by node."""
+        if self.server is None:
+            self.watch_server(list(failed))
+        assert self.server is not None
+        self.server.add(samples, failed)
+        if self.results is not None:
+            self._rows["server"] += samples
+
+    def stopped(self, stop_s: float) -> None:
+        """The parent stopped the workers `stop_s` seconds into the run: the scenario ends
+        there rather than at its planned duration (the first stop counts)."""
+        if self.stop_s is None:
+            self.stop_s = stop_s
+
+    def phases(self) -> phases.Phases:
+        """The run's phases as far as its merged seconds tell."""
+        duration = self.config.get("duration_s")
+        stop_s = self.stop_s
+        if isinstance(duration, int | float):
+            stop_s = float(duration) if stop_s is None else min(stop_s, float(duration))
+        # While the scenario is still going, no second is the leaving phase's yet.
+        last_s = max(self._written, default=0)
+        if stop_s is not None and math.floor(stop_s) + 1 > last_s and self.stop_s is None:
+            stop_s = None
+        target = self.config.get("members")
+        warmup = self.config.get("warmup_s")
+        return phases.find(
+            self._stable,
+            last_s,
+            target if isinstance(target, int) else None,
+            float(warmup) if isinstance(warmup, int | float) else None,
+            stop_s,
+        )
+
     def snapshot(self) -> Snapshot:
         m = self._last or _Merged(0, self._created_ms, 0)
         t = self.totals
-        errors: defaultdict[str, int] = defaultdict(int)
-        for codes in t.errors.values():
-            for code, n in codes.items():
-                errors[error_name(code)] += n
+        errors, signals = split(t.codes())
         apis = {}
         for api_key in sorted(m.latency.keys() | m.errors.keys()):
             h = m.latency.get(api_key, Histogram())
             p50, p99, p999 = (h.percentile_ms(q) for _, q in PERCENTILES)
             apis[api_name(api_key)] = ApiView(
-                h.count,
-                {error_name(c): n for c, n in sorted(m.errors.get(api_key, {}).items())},
-                p50,
-                p99,
-                p999,
+                h.count, *split(m.errors.get(api_key, {})), p50, p99, p999
             )
         duration = self.config.get("duration_s")
         target = self.config.get("members")
@@ -281,7 +341,7 @@ class Aggregator:
                     t.nodes[address].groups,
                     merged.connections,
                     merged.requests,
-                    {error_name(c): n for c, n in sorted(merged.errors.items())},
+                    *split(merged.errors),
                 )
             )
         return Snapshot(
@@ -295,18 +355,20 @@ class Aggregator:
             connections=m.connections,
             cpu_s=m.cpu_s,
             requests=t.requests(),
-            errors=dict(sorted(errors.items())),
-            failures=t.failures(),
+            errors=errors,
+            signals=signals,
             rebalances=t.rebalances.count,
             unexpected_rebalances=t.unexpected_rebalances,
             unexpected_expirations=t.unexpected_expirations,
             commits=t.commits,
             nodes=nodes,
+            phase=self.phases().of(m.elapsed_s),
         )
 
     def summary(
-        self, complete: bool = False, outcome: str | None = None, message: str | None = None
+        self, complete: bool = False, outcome: str = "running", message: str | None = None
     ) -> dict[str, Any]:
+        found = self.phases()
         return summarize(
             self.totals,
             config=self.config,
@@ -317,22 +379,26 @@ class Aggregator:
             message=message,
             now_ms=time.time_ns() // 1_000_000,
             tables=dict(self.results.rows) if self.results else {},
+            per_second=self.per_second,
+            phases=found,
+            server=self.server.section(found.steady) if self.server is not None else None,
         )
 
     def flush(self) -> None:
         """Write the merged seconds and event rows gathered since the last flush as one part
-        file per table, and rewrite summary.json (`complete` false)."""
+        file per table, and rewrite summary.json (`complete` false, outcome "running")."""
         self._flush_tables()
         if self.results is not None:
             self.results.write_summary(self.summary())
 
     def finish(self, outcome: str, message: str | None) -> dict[str, Any]:
         """Merge and write every second still waiting (whoever reported it), and the final
-        summary (`complete` true), which is returned."""
+        summary, which is returned: `complete` when the run ran its planned course (outcome
+        "completed")."""
         for elapsed_s in sorted(self._pending):
             self._write_second(elapsed_s)
         self._flush_tables()
-        summary = self.summary(complete=True, outcome=outcome, message=message)
+        summary = self.summary(outcome == "completed", outcome, message)
         if self.results is not None:
             self.results.write_summary(summary)
         return summary
@@ -345,3 +411,4 @@ class Aggregator:
         self.results.append("states", results.states_rows(rows["states"]))
         self.results.append("errors", results.error_table(rows["errors"]))
         self.results.append("rebalances", results.rebalance_table(rows["rebalances"]))
+        self.results.append("server", results.server_table(rows["server"]))

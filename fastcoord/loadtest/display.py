@@ -3,9 +3,13 @@
 On a terminal the live view (rich) is redrawn at every update; elsewhere (a CI log, a file)
 one plain line every 5 s says the same in brief, so that a log stays readable. The figures
 are the newest second that every worker reported (aggregate.py), so the view runs a second
-or so behind the workers. Against a cluster of two nodes or more, both views and the end's
-table show each coordinator node's share too; against a lone server that would only repeat
-the totals, so it is left out.
+or so behind the workers, and say which phase of the run that second is in. Against a
+cluster of two nodes or more, both views and the end's table show each coordinator node's
+share too; against a lone server that would only repeat the totals, so it is left out.
+
+The end leads with the steady phase's figures, what a coordinator's life is made of, and
+gives the whole run's after them. Errors and the protocol's signals are shown apart, the
+signals named as such: a rebalance's REBALANCE_IN_PROGRESS is no failure.
 """
 
 from __future__ import annotations
@@ -40,10 +44,23 @@ def fmt_errors(errors: Mapping[str, int]) -> str:
     return ", ".join(f"{name} {n:,}" for name, n in errors.items() if n) or "-"
 
 
+def fmt_rate(value: float | None) -> str:
+    return f"{value:,.0f}" if value is not None else "-"
+
+
+def fmt_seconds(first: int, last: int) -> str:
+    return f"seconds {first}-{last}" if last != first else f"second {first}"
+
+
+def fmt_mb(value: int | None) -> str:
+    return f"{value / 1e6:,.0f} MB" if value is not None else "-"
+
+
 def _clock(snapshot: Snapshot) -> str:
+    phase = f" ({snapshot.phase})" if snapshot.phase else ""
     if snapshot.duration_s:
-        return f"{snapshot.elapsed_s} s / {snapshot.duration_s:g} s"
-    return f"{snapshot.elapsed_s} s"
+        return f"{snapshot.elapsed_s} s / {snapshot.duration_s:g} s{phase}"
+    return f"{snapshot.elapsed_s} s{phase}"
 
 
 def _members(snapshot: Snapshot) -> str:
@@ -62,6 +79,7 @@ def _nodes_table(nodes: list[NodeView]) -> Table:
     for name in ("groups", "connections", "requests/s"):
         table.add_column(name, justify="right")
     table.add_column("errors")
+    table.add_column("signals")
     for node in nodes:
         table.add_row(
             node_name(node.address, node.node_id),
@@ -69,6 +87,7 @@ def _nodes_table(nodes: list[NodeView]) -> Table:
             f"{node.connections:,}",
             f"{node.requests:,}",
             fmt_errors(node.errors),
+            fmt_errors(node.signals),
         )
     return table
 
@@ -86,6 +105,7 @@ def render(snapshot: Snapshot) -> RenderableType:
     for name in ("requests/s", "p50 ms", "p99 ms", "p99.9 ms"):
         apis.add_column(name, justify="right")
     apis.add_column("errors")
+    apis.add_column("signals")
     for name, view in snapshot.apis.items():
         apis.add_row(
             name,
@@ -94,10 +114,13 @@ def render(snapshot: Snapshot) -> RenderableType:
             fmt_ms(view.p99_ms),
             fmt_ms(view.p99_9_ms),
             fmt_errors(view.errors),
+            fmt_errors(view.signals),
         )
+    errors, signals = sum(snapshot.errors.values()), sum(snapshot.signals.values())
     totals = Text(
-        f"run so far: {snapshot.requests:,} requests, {snapshot.failures:,} failed; "
-        f"errors: {fmt_errors(snapshot.errors)}; rebalances {snapshot.rebalances:,} "
+        f"run so far: {snapshot.requests:,} requests, {errors:,} errors "
+        f"({fmt_errors(snapshot.errors)}), {signals:,} signals "
+        f"({fmt_errors(snapshot.signals)})\nrebalances {snapshot.rebalances:,} "
         f"({snapshot.unexpected_rebalances:,} unexpected); unexpected expirations "
         f"{snapshot.unexpected_expirations:,}; commits {snapshot.commits:,}"
     )
@@ -113,6 +136,7 @@ def plain_line(snapshot: Snapshot) -> str:
     line = (
         f"{_clock(snapshot)} | {_members(snapshot)} | {rates:,} requests/s | "
         f"p99 ms: {p99 or '-'} | errors: {fmt_errors(snapshot.errors)} | "
+        f"signals: {fmt_errors(snapshot.signals)} | "
         f"CPU {snapshot.cpu_s * 100:.0f}% | workers {snapshot.reporting}/{snapshot.workers}"
     )
     if len(snapshot.nodes) < 2:
@@ -225,17 +249,18 @@ def faults_report(faults: list[Mapping[str, Any]]) -> RenderableType:
         for name in ("requests", "requests/s", "p50 ms", "p99 ms"):
             table.add_column(name, justify="right")
         table.add_column("errors")
+        table.add_column("signals")
         for api, where in fault["effect"].items():
             for label, figures in where.items():
-                rate = figures["requests_per_s"]
                 table.add_row(
                     api,
                     f"{label} {figures['seconds']:,}",
                     f"{figures['requests']:,}",
-                    f"{rate:,.0f}" if rate is not None else "-",
+                    fmt_rate(figures["requests_per_s"]),
                     fmt_ms(figures["p50_ms"]),
                     fmt_ms(figures["p99_ms"]),
                     fmt_errors(figures["errors"]),
+                    fmt_errors(figures["signals"]),
                     end_section=label != "window",
                 )
         parts.append(table)
@@ -249,22 +274,99 @@ def nodes_report(nodes: Mapping[str, Mapping[str, Any]]) -> RenderableType:
     for name in ("groups", "connections", "requests", "requests/s"):
         table.add_column(name, justify="right")
     table.add_column("errors")
+    table.add_column("signals")
     for address, node in nodes.items():
-        rate = node["requests_per_s"]
         table.add_row(
             node_name(address, node["node_id"]),
             f"{node['groups']:,}",
             f"{node['connections']:,}",
             f"{node['requests']:,}",
-            f"{rate:,.0f}" if rate is not None else "-",
+            fmt_rate(node["requests_per_s"]),
             fmt_errors(node["errors"]),
+            fmt_errors(node["signals"]),
         )
     return table
 
 
+def apis_report(title: str, apis: Mapping[str, Mapping[str, Any]]) -> Table:
+    """Per API: count, rate, latency, errors and signals (summary.json's `apis`, or a
+    phase's)."""
+    table = Table(title=title, title_justify="left", expand=False)
+    table.add_column("API")
+    for name in ("count", "requests/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms"):
+        table.add_column(name, justify="right")
+    table.add_column("errors")
+    table.add_column("signals")
+    for name, api in apis.items():
+        table.add_row(
+            name,
+            f"{api['count']:,}",
+            fmt_rate(api["requests_per_s"]),
+            fmt_ms(api["p50_ms"]),
+            fmt_ms(api["p99_ms"]),
+            fmt_ms(api["p99_9_ms"]),
+            fmt_ms(api["max_ms"]),
+            fmt_errors(api["errors"]),
+            fmt_errors(api["signals"]),
+        )
+    return table
+
+
+# The API whose p99 a phase's line shows: the members' heartbeats, of either protocol.
+HEARTBEATS = ("Heartbeat", "ConsumerGroupHeartbeat")
+
+
+def phase_line(name: str, phase: Mapping[str, Any]) -> str:
+    """A phase in a line: its seconds, requests, errors and signals, the heartbeats' p99."""
+    r = phase["requests"]
+    line = (
+        f"{name}: {fmt_seconds(phase['first_s'], phase['last_s'])}, {r['count']:,} requests, "
+        f"{r['errors']:,} errors, {r['signals']:,} signals"
+    )
+    for api in HEARTBEATS:
+        if api in phase["apis"]:
+            line += f", {api} p99 {fmt_ms(phase['apis'][api]['p99_ms'])} ms"
+            break
+    return line
+
+
+def no_steady_phase(summary: Mapping[str, Any]) -> str:
+    """Why a run has no steady phase, in a line."""
+    config = summary.get("config", {})
+    warmup = config.get("warmup_s")
+    if warmup is not None:
+        return f"no steady phase: --warmup {warmup:g} s reached the end of the scenario"
+    m = summary["members"]
+    target = m["target"]
+    if isinstance(target, int) and m["peak_stable"] >= target:
+        return (
+            "no steady phase: every member was stable only as the scenario ended; the whole "
+            "run's figures include its joins and leaves"
+        )
+    of = f" of {target:,}" if isinstance(target, int) else ""
+    return (
+        f"no steady phase: the members were never all stable at once ({m['peak_stable']:,}"
+        f"{of} at most); the whole run's figures include its joins and leaves"
+    )
+
+
+def server_line(address: str, node: Mapping[str, Any], steady: bool) -> str:
+    """The server's CPU and memory as one admin port reported them."""
+    cpu = f"{node['cpu_s']:.1f} s" if node["cpu_s"] is not None else "-"
+    cores = f"{node['cores']:.2f}" if node["cores"] is not None else "-"
+    over = "in steady state" if steady else "over the whole run"
+    failed = f" ({node['failed']:,} failed)" if node["failed"] else ""
+    return (
+        f"server {address}: CPU {cpu}, {cores} cores {over}, peak RSS "
+        f"{fmt_mb(node['peak_rss_bytes'])}, {fmt_mb(node['rss_bytes_at_end'])} at the end; "
+        f"{node['samples']:,} samples{failed}"
+    )
+
+
 def print_summary(summary: Mapping[str, Any], console: Console) -> None:
-    """The end of a run: per API, rebalances, expirations, commits, CPU, the faults (with
-    --faults), the verdict."""
+    """The end of a run: per API in the steady phase, then over the whole run, a line per
+    other phase, rebalances, expirations, commits, CPU (the generator's, and the server's
+    with --admin), the faults (with --faults), the verdict."""
     requests = summary["requests"]
     console.print(
         Text.assemble(
@@ -274,24 +376,23 @@ def print_summary(summary: Mapping[str, Any], console: Console) -> None:
             (f" ({summary['message']})" if summary.get("message") else ""),
         )
     )
-    table = Table(expand=False)
-    table.add_column("API")
-    for name in ("count", "requests/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms"):
-        table.add_column(name, justify="right")
-    table.add_column("errors")
-    for name, api in summary["apis"].items():
-        rate = api["requests_per_s"]
-        table.add_row(
-            name,
-            f"{api['count']:,}",
-            f"{rate:,.0f}" if rate is not None else "-",
-            fmt_ms(api["p50_ms"]),
-            fmt_ms(api["p99_ms"]),
-            fmt_ms(api["p99_9_ms"]),
-            fmt_ms(api["max_ms"]),
-            fmt_errors(api["errors"]),
+    phases = summary.get("phases") or {}
+    steady = phases.get("steady")
+    if steady is not None:
+        seconds = fmt_seconds(steady["first_s"], steady["last_s"])
+        console.print(
+            apis_report(f"steady state, {seconds} ({steady['seconds']:,} s)", steady["apis"])
         )
-    console.print(table)
+    else:
+        console.print(no_steady_phase(summary), highlight=False, markup=False)
+    whole = (
+        f"whole run, {requests['count']:,} requests, {requests['errors']:,} errors, "
+        f"{requests['signals']:,} signals"
+    )
+    console.print(apis_report(whole, summary["apis"]))
+    for name in ("joining", "leaving"):
+        if phases.get(name) is not None:
+            console.print(phase_line(name, phases[name]), highlight=False, markup=False)
     r = summary["rebalances"]
     lines = [
         f"rebalances seen by members: {r['count']:,} ({r['unexpected']:,} unexpected), "
@@ -324,11 +425,14 @@ def print_summary(summary: Mapping[str, Any], console: Console) -> None:
     target = f"target {m['target']:,}, " if isinstance(m["target"], int) else ""
     lines += [
         f"unexpected expirations: {summary['unexpected_expirations']:,}",
-        f"commits: {c['count']:,} of {c['offsets']:,} offsets, {c['errors']:,} errors",
+        f"commits: {c['count']:,} of {c['offsets']:,} offsets, {c['errors']:,} errors, "
+        f"{c['signals']:,} signals",
         f"generator: workers {g['workers']}, CPU {g['cpu_s']:.1f} s, {cores} cores, "
         f"{per_request} us CPU per request",
         f"members: {target}final {final}, peak stable {m['peak_stable']:,}",
     ]
+    for address, node in (summary.get("server") or {}).items():
+        lines.append(server_line(address, node, steady is not None))
     for line in lines:
         console.print(line, highlight=False, markup=False)
     nodes = summary.get("nodes") or {}

@@ -7,7 +7,8 @@ run. During the run a thread adds each rule when it is due: the parent's loop mu
 reading the workers' pipes, and a slow admin port must not stall them. At the end each
 fault's injected count and state are read, the faults this run added (and no others) are
 deleted, and each fault's window is set against the rest of the run: the workers'
-per-second figures for the APIs it touches, inside the window beside outside every window.
+per-second figures (seconds.py) for the APIs it touches, inside the window beside outside
+every window.
 
 A cluster's nodes each hold their own rules and answer only for their own groups, so
 against a cluster --admin lists every node's admin port and each rule is added to every
@@ -20,23 +21,19 @@ from __future__ import annotations
 import threading
 import time
 import tomllib
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import numpy as np
 
 from fastcoord.client.admin import AdminClient, AdminError, parse_address
 from fastcoord.faults import FaultError, FaultRule, compile_rule, parse_api, parse_rule
-from fastcoord.loadtest.histogram import Histogram
-from fastcoord.loadtest.stats import ApiSecond, Second
-from fastcoord.loadtest.summary import ms
+from fastcoord.loadtest.seconds import PerSecond
+from fastcoord.loadtest.summary import ms, split
 from fastcoord.protocol.api_keys import api_name
-from fastcoord.protocol.errors import error_name
 
 ADMIN_TIMEOUT_S = 5.0  # each admin request of the checks and the schedule thread
 # The end's requests: a server whose 100k members are leaving took longer than 5 s to answer.
@@ -249,59 +246,21 @@ def _per_node(nodes: list[OnNode], errors: list[str | None]) -> str | None:
     return "; ".join(said) or None
 
 
-class PerSecond:
-    """The workers' seconds, kept per second and API as they came (sparse histograms and
-    error counts), for figures over any set of seconds once the run is over."""
-
-    def __init__(self) -> None:
-        self._seconds: defaultdict[int, defaultdict[int, list[ApiSecond]]] = defaultdict(
-            lambda: defaultdict(list)
-        )
-
-    def add(self, second: Second) -> None:
-        apis = self._seconds[second.elapsed_s]
-        for api in second.apis:
-            apis[api.api_key].append(api)
-
-    @property
-    def last_s(self) -> int:
-        """The run's newest second (0: none yet)."""
-        return max(self._seconds, default=0)
-
-    def api_keys(self) -> list[int]:
-        return sorted({k for apis in self._seconds.values() for k in apis})
-
-    def figures(self, api_key: int, seconds: Iterable[int]) -> dict[str, Any]:
-        """One API over `seconds` (elapsed_s values): requests, errors by name, p50/p99."""
-        parts: list[ApiSecond] = []
-        n = 0
-        for s in seconds:
-            n += 1
-            apis = self._seconds.get(s)
-            if apis is not None:
-                parts += apis.get(api_key, ())
-        h = Histogram()
-        if parts:
-            # One scatter for the whole range: a long run's figures take a moment, not
-            # a histogram per worker per second.
-            h = Histogram.from_sparse(
-                np.concatenate([p.buckets for p in parts]),
-                np.concatenate([p.counts for p in parts]),
-                sum(p.sum_ns for p in parts),
-                max(p.max_ns for p in parts),
-            )
-        errors: defaultdict[int, int] = defaultdict(int)
-        for p in parts:
-            for code, count in p.errors.items():
-                errors[code] += count
-        return {
-            "seconds": n,
-            "requests": h.count,
-            "requests_per_s": h.count / n if n else None,
-            "errors": {error_name(c): count for c, count in sorted(errors.items())},
-            "p50_ms": ms(h.percentile_ms(50)),
-            "p99_ms": ms(h.percentile_ms(99)),
-        }
+def figures(per_second: PerSecond, api_key: int, seconds: Sequence[int]) -> dict[str, Any]:
+    """One API over `seconds` (elapsed_s values): requests, errors and signals by name,
+    p50/p99."""
+    h, codes = per_second.over(api_key, seconds)
+    errors, signals = split(codes)
+    n = len(seconds)
+    return {
+        "seconds": n,
+        "requests": h.count,
+        "requests_per_s": h.count / n if n else None,
+        "errors": errors,
+        "signals": signals,
+        "p50_ms": ms(h.percentile_ms(50)),
+        "p99_ms": ms(h.percentile_ms(99)),
+    }
 
 
 def window_ms(applied: Applied, run_end_ms: int) -> tuple[int, int] | None:
@@ -385,9 +344,9 @@ def effects(applied: list[Applied], per_second: PerSecond) -> list[dict[str, Any
             keys = seen if api_key is None else [api_key]
             for k in keys:
                 if k not in baseline:
-                    baseline[k] = per_second.figures(k, outside)
+                    baseline[k] = figures(per_second, k, outside)
             entry["effect"] = {
-                api_name(k): {"window": per_second.figures(k, seconds), "outside": baseline[k]}
+                api_name(k): {"window": figures(per_second, k, seconds), "outside": baseline[k]}
                 for k in keys
             }
         section.append(entry)
@@ -395,9 +354,9 @@ def effects(applied: list[Applied], per_second: PerSecond) -> list[dict[str, Any
 
 
 class FaultRun:
-    """A run's faults: `start` when the run starts, `record` each worker second, `stop`
-    when the workers are done, then `finish` for the summary's section. `clients`: the
-    admin port of each node the faults are added to."""
+    """A run's faults: `start` when the run starts, `stop` when the workers are done, then
+    `finish` with the run's seconds for the summary's section. `clients`: the admin port of
+    each node the faults are added to."""
 
     def __init__(
         self, schedule: list[Scheduled], clients: AdminClient | Sequence[AdminClient]
@@ -406,7 +365,6 @@ class FaultRun:
         self.applied = [
             Applied(s, nodes=[OnNode(c.address) for c in self.clients]) for s in schedule
         ]
-        self.per_second = PerSecond()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -425,9 +383,6 @@ class FaultRun:
             self._pool = ThreadPoolExecutor(len(self.clients), thread_name_prefix="loadtest-fault")
         self._thread = threading.Thread(target=self._apply_all, name="loadtest-faults", daemon=True)
         self._thread.start()
-
-    def record(self, second: Second) -> None:
-        self.per_second.add(second)
 
     def _apply_all(self) -> None:
         for a in self.applied:
@@ -480,9 +435,10 @@ class FaultRun:
                         node.apply_error = "not added: the run ended first"
                 a.combine(self._started)
 
-    def finish(self) -> list[dict[str, Any]]:
+    def finish(self, per_second: PerSecond) -> list[dict[str, Any]]:
         """Read the faults' counts on every node, delete the ones this run added, and the
-        summary's section. Never raises for the servers' sake: what failed is in it."""
+        summary's section, the faults' effect from `per_second` (the aggregator's: every
+        worker's seconds). Never raises for the servers' sake: what failed is in it."""
         self.stop()
         for i, client in enumerate(self.clients):
             with self._lock:
@@ -492,7 +448,7 @@ class FaultRun:
         with self._lock:
             for a in self.applied:
                 a.combine(self._started)
-        return effects(self.applied, self.per_second)
+        return effects(self.applied, per_second)
 
     def _finish_on(self, client: AdminClient, ours: list[OnNode]) -> None:
         """One node's counts read, and the faults this run added there deleted."""

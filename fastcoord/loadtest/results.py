@@ -20,12 +20,24 @@ import pyarrow.parquet as pq
 
 from fastcoord.output_dir import make_output_dir
 from fastcoord.protocol.api_keys import api_name
-from fastcoord.protocol.errors import error_name
+from fastcoord.protocol.errors import ErrorCode, error_name
 from fastcoord.server.event_files import temporary  # the same hidden names Spark skips
 from fastcoord.storage.swap import fsync_directory
 
 # The member states the workers report, one column each in `states`.
 STATES = ("unjoined", "joining", "syncing", "stable", "leaving", "stopped")
+
+# The protocol's signals to a member (join again with this id; rejoin; commit again with the
+# member epoch the heartbeat just brought): answers that say what to do next, expected
+# while groups rebalance. They are counted apart from the errors everywhere (tables,
+# summary, views), so that a join's MEMBER_ID_REQUIRED handshake is not an error rate.
+SIGNALS = frozenset(
+    {
+        ErrorCode.MEMBER_ID_REQUIRED,
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.STALE_MEMBER_EPOCH,
+    }
+)
 
 TIME = pa.timestamp("ms", tz="UTC")
 
@@ -62,9 +74,9 @@ ERRORS = pa.schema(
         ("api", pa.string()),
         ("error_code", pa.int16()),
         ("error", pa.string()),
-        ("signal", pa.bool_()),
         ("group", pa.string()),
         ("member", pa.string()),
+        ("signal", pa.bool_()),
     ]
 )
 STATES_SCHEMA = pa.schema(
@@ -77,12 +89,13 @@ STATES_SCHEMA = pa.schema(
         ("cpu_s", pa.float64()),
     ]
 )
+# The server's own figures, read from its admin port's /metrics (one row per sample).
 SERVER = pa.schema(
     [
         ("time", TIME),
         ("elapsed_s", pa.int32()),
-        ("node", pa.string()),
-        ("cpu_s", pa.float64()),
+        ("node", pa.string()),  # the admin port asked, HOST:PORT
+        ("cpu_s", pa.float64()),  # cumulative, as the server reported it
         ("rss_bytes", pa.int64()),
     ]
 )
@@ -125,6 +138,7 @@ def error_table(rows: Sequence[tuple[int, int, int, str, str]]) -> pa.Table:
             "error": [error_name(r[2]) for r in rows],
             "group": [r[3] for r in rows],
             "member": [r[4] for r in rows],
+            "signal": [r[2] in SIGNALS for r in rows],
         },
         schema=ERRORS,
     )
@@ -155,18 +169,39 @@ def states_rows(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=STATES_SCHEMA)
 
 
+def server_table(rows: Sequence[tuple[int, int, str, float, int]]) -> pa.Table:
+    """The server table from samples (wall_ms, elapsed_s, node, cpu_s, rss_bytes)."""
+    return pa.table(
+        {
+            "time": [r[0] for r in rows],
+            "elapsed_s": [r[1] for r in rows],
+            "node": [r[2] for r in rows],
+            "cpu_s": [r[3] for r in rows],
+            "rss_bytes": [r[4] for r in rows],
+        },
+        schema=SERVER,
+    )
+
+
+def earlier_run(out: Path) -> str | None:
+    """Why `out` cannot take a run's results (it holds another run's), else None: the check
+    Results makes, for the command to make before anything starts."""
+    earlier = [name for name in (SUMMARY, *SCHEMAS) if (out / name).exists()]
+    if not earlier:
+        return None
+    names = ", ".join(earlier)
+    return f"{out} holds another run's results ({names}): give an empty or new directory"
+
+
 class Results:
     """The directory of one run's tables and summary; refuses one that holds another run's."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
         make_output_dir(out)  # its .gitignore is no run's: the check below passes it over
-        earlier = [name for name in (SUMMARY, *SCHEMAS) if (out / name).exists()]
-        if earlier:
-            raise FileExistsError(
-                f"{out} holds another run's results ({', '.join(earlier)}): "
-                "give an empty or new directory"
-            )
+        earlier = earlier_run(out)
+        if earlier is not None:
+            raise FileExistsError(earlier)
         self._parts = dict.fromkeys(SCHEMAS, 0)
         self.rows = dict.fromkeys(SCHEMAS, 0)
 

@@ -1,13 +1,16 @@
 """`fastcoord loadtest`: check what can be checked, start the workers, gather, report.
 
-The parent process drives no members: it refuses a run that cannot work (more connections
-than the open-file limit allows, an unreachable bootstrap, shared connections against a
-server that would deadlock them, a fault schedule it cannot apply), starts the worker
-processes, adds the scheduled faults on time (loadtest/faults.py), merges the workers'
-seconds into the live display and the results under --out, and ends with the summary and
-an exit status: 0 passed, 1 a threshold was exceeded, 2 the run could not start, 3 it was
-cut short (the server died or stalled, a worker failed), 130 interrupted. Whatever was
-measured before an end of any kind is kept.
+The parent process drives no members: it refuses a run that cannot work (an --out that
+holds another run, more connections than the open-file limit allows, an unreachable
+bootstrap or admin port, shared connections against a server that would deadlock them, a
+fault schedule it cannot apply), starts the worker processes, adds the scheduled faults on
+time (loadtest/faults.py), samples the server's CPU and memory (loadtest/sampler.py, with
+--admin), merges the workers' seconds into the live display and the results under --out,
+and ends with the summary and an exit status: 0 passed, 1 a threshold was exceeded, 2 the
+run could not start, 3 it was cut short (the server died or stalled, a worker failed), 130
+interrupted (Ctrl-C), 143 terminated (SIGTERM). Ctrl-C and SIGTERM end a run alike: the
+members are told to stop and leave, and the summary is written. Whatever was measured
+before an end of any kind is kept.
 
 Against a cluster the bootstrap is one node, asked for Metadata (the probe's and each
 worker's) and FindCoordinator; each member then connects to its group's coordinator, so the
@@ -22,6 +25,7 @@ import contextlib
 import math
 import multiprocessing
 import resource
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -37,13 +41,14 @@ from rich.console import Console
 from fastcoord.client.connection import Connection, connect_reason, is_fastcoord
 from fastcoord.client.consumer_fleet import CONSUMER_WANTED
 from fastcoord.client.fleet import FleetConfig
-from fastcoord.loadtest import faults, scenarios, worker
+from fastcoord.loadtest import faults, results, sampler, scenarios, worker
 from fastcoord.loadtest.aggregate import Aggregator, Thresholds
 from fastcoord.loadtest.display import LiveDisplay, print_summary
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.messages import MetadataRequest, MetadataResponse
 
 PASSED, EXCEEDED, CANNOT_START, CUT_SHORT, INTERRUPTED = 0, 1, 2, 3, 130
+TERMINATED = 128 + signal.SIGTERM  # 143, as a process ended by SIGTERM
 FLUSH_S = 5  # a killed run loses at most this much of its tables
 FILES_KEPT = 64  # a worker's own files besides its connections: pipes, logs, libraries
 STOP_GRACE_S = worker.LEAVE_TIMEOUT_S + 15  # after the deadline, before workers are told to stop
@@ -79,6 +84,8 @@ class Options:
     # HOST:PORT,HOST:PORT,...
     admin: str | None = None
     group_protocol: str = "classic"  # or "consumer": Kafka's consumer group protocol (KIP-848)
+    # --warmup: the joining phase's seconds, instead of until every member is stable
+    warmup_s: float | None = None
 
 
 class CannotStart(Exception):
@@ -228,32 +235,87 @@ def fleet_config(o: Options, address: tuple[str, int]) -> FleetConfig:
     )
 
 
+def check_out(out: Path) -> None:
+    """Refuse an --out that holds another run's results: two runs must never mix."""
+    if out.exists() and not out.is_dir():
+        raise CannotStart(f"--out {out} is a file: give a new or empty directory")
+    reason = results.earlier_run(out)
+    if reason is not None:
+        raise CannotStart(f"--out {reason}")
+
+
+def check_admin(admin: str | None) -> list[str]:
+    """--admin's addresses, each asked for /metrics once; [] without --admin."""
+    if admin is None:
+        return []
+    addresses = faults.admin_addresses(admin)
+    for address in addresses:
+        reason = sampler.unreachable(address)
+        if reason is not None:
+            raise CannotStart(
+                f"cannot read /metrics at the admin port {address} ({reason}): is the server "
+                "running with --admin-port, and is --admin its address?"
+            )
+    return addresses
+
+
+class _Signals:
+    """SIGTERM counted rather than obeyed at once: the loop stops the run as for Ctrl-C."""
+
+    def __init__(self) -> None:
+        self.terms = 0
+
+    def on_term(self, signum: int, frame: object) -> None:
+        self.terms += 1
+
+
 def run(o: Options, console: Console | None = None) -> int:
     """The whole run; its exit status. The live view goes to standard error, the summary
     to standard output."""
     console = console or Console(stderr=True)
     out = Console(width=None if sys.stdout.isatty() else 120)
+
+    def refuse(reason: object) -> int:
+        console.print(
+            f"fastcoord loadtest: {reason}", markup=False, highlight=False, soft_wrap=True
+        )
+        return CANNOT_START
+
     try:
         address = parse_bootstrap(o.bootstrap)
+        check_out(o.out)
         check_file_limit(o)
         fault_run = faults.prepare(o.faults, o.admin, o.duration_s)
+        admin = check_admin(o.admin)
         server = probe(o, address)
         if server.nodes > 1:
             check_file_limit(o, server.nodes)
     except (CannotStart, faults.ScheduleError) as exc:
-        console.print(f"fastcoord loadtest: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return CANNOT_START
+        return refuse(exc)
     o.out.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(o).items()}
     config["server_is_fastcoord"] = server.fastcoord
     config["server_nodes"] = server.nodes
-    aggregator = Aggregator(o.out, config, o.processes, Thresholds(o.max_error_rate, o.max_p99_ms))
-    outcome, message = _drive(o, address, aggregator, console, fault_run)
-    summary = aggregator.finish(outcome, message)
-    if fault_run is not None:
-        summary["faults"] = fault_run.finish()
-        if aggregator.results is not None:
-            aggregator.results.write_summary(summary)
+    thresholds = Thresholds(o.max_error_rate, o.max_p99_ms)
+    try:
+        aggregator = Aggregator(o.out, config, o.processes, thresholds)
+    except FileExistsError as exc:  # another run began writing there meanwhile
+        return refuse(f"--out {exc}")
+    sampling = None
+    if admin:
+        sampling = sampler.ServerSampler(admin)
+        aggregator.watch_server(admin)
+    signals = _Signals()
+    previous = signal.signal(signal.SIGTERM, signals.on_term)
+    try:
+        outcome, message = _drive(o, address, aggregator, console, fault_run, sampling, signals)
+        summary = aggregator.finish(outcome, message)
+        if fault_run is not None:
+            summary["faults"] = fault_run.finish(aggregator.per_second)
+            if aggregator.results is not None:
+                aggregator.results.write_summary(summary)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print_summary(summary, out)
     if message:
         console.print(
@@ -262,6 +324,8 @@ def run(o: Options, console: Console | None = None) -> int:
     out.print(f"results in {o.out}", markup=False, highlight=False, soft_wrap=True)
     if outcome == "interrupted":
         return INTERRUPTED
+    if outcome == "terminated":
+        return TERMINATED
     if outcome != "completed":
         return CUT_SHORT
     return PASSED if summary["verdict"]["passed"] else EXCEEDED
@@ -273,8 +337,12 @@ def _drive(
     aggregator: Aggregator,
     console: Console,
     fault_run: faults.FaultRun | None = None,
+    sampling: sampler.ServerSampler | None = None,
+    signals: _Signals | None = None,
 ) -> tuple[str, str | None]:
-    """Run the workers to their end, adding the scheduled faults; (outcome, message)."""
+    """Run the workers to their end, adding the scheduled faults and sampling the server;
+    (outcome, message)."""
+    signals = signals or _Signals()
     context = multiprocessing.get_context("spawn")
     started = time.time()
     fleet = fleet_config(o, address)
@@ -293,7 +361,10 @@ def _drive(
         processes.append(process)
     if fault_run is not None:
         fault_run.start(started)
+    if sampling is not None:
+        sampling.start(started)
     outcome, message = "completed", None
+    terms = 0
     done: set[int] = set()
     stopping_at: float | None = None
     deadline = started + o.duration_s + STOP_GRACE_S
@@ -302,6 +373,7 @@ def _drive(
         nonlocal stopping_at
         if stopping_at is None:
             stopping_at = time.time()
+            aggregator.stopped(stopping_at - started)
             for pipe in pipes:
                 with contextlib.suppress(OSError):  # that worker has ended
                     pipe.send("stop")
@@ -324,8 +396,6 @@ def _drive(
                         continue
                     if kind == "second":
                         aggregator.add(body)
-                        if fault_run is not None:
-                            fault_run.record(body)
                     elif kind in ("aborted", "failed"):
                         if outcome == "completed":
                             outcome = "cut short"
@@ -342,7 +412,16 @@ def _drive(
                 if now >= next_flush:
                     # Each flush is a file per table: every few seconds, not every second.
                     next_flush = now + FLUSH_S
+                    if sampling is not None:
+                        aggregator.add_server(*sampling.take())
                     aggregator.flush()
+                if signals.terms > terms:
+                    terms = signals.terms
+                    if stopping_at is not None:
+                        break
+                    outcome = "terminated"
+                    message = "terminated by SIGTERM: the members were told to stop"
+                    stop_all()
                 if now > deadline:
                     stop_all()
                 if stopping_at is not None and now > stopping_at + STOP_GRACE_S:
@@ -359,4 +438,7 @@ def _drive(
             process.join(timeout=5)
     if fault_run is not None:
         fault_run.stop()
+    if sampling is not None:
+        sampling.stop()
+        aggregator.add_server(*sampling.take())
     return outcome, message

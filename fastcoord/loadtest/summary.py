@@ -1,38 +1,40 @@
 """summary.json: a run's figures in one document, and its verdict against the thresholds.
 
-The aggregator (aggregate.py) keeps the run's totals in `Totals`; `summarize` turns them
-into the document that is rewritten at every flush (`complete` false) and once more at the
-end. docs/loadtest.md lists its keys.
+The aggregator (aggregate.py) keeps the run's totals in `Totals` and its seconds in
+`PerSecond`; `summarize` turns them into the document that is rewritten at every flush
+(`complete` false) and once more at the end: the whole run's figures, each phase's
+(phases.py), the server's CPU and memory when sampled. Errors and the protocol's signals
+are counted apart everywhere. The verdict is `judge`, a plain function of figures, so that
+a report can apply the very same rule to a window of its own. docs/loadtest.md lists the
+keys.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from fastcoord.loadtest import results
 from fastcoord.loadtest.histogram import Histogram
+from fastcoord.loadtest.phases import Phases
 from fastcoord.loadtest.results import STATES
+from fastcoord.loadtest.seconds import PerSecond
 from fastcoord.protocol.api_keys import ApiKey, api_name
-from fastcoord.protocol.errors import ErrorCode, error_name
+from fastcoord.protocol.errors import error_name
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-# The protocol's signals to a member (join again with this id; rejoin; commit again with the
-# member epoch the heartbeat just brought), not failures: listed with the errors but left
-# out of the error rate.
-SIGNALS = frozenset(
-    {
-        ErrorCode.MEMBER_ID_REQUIRED,
-        ErrorCode.REBALANCE_IN_PROGRESS,
-        ErrorCode.STALE_MEMBER_EPOCH,
-    }
-)
+# MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS, STALE_MEMBER_EPOCH: defined with the tables,
+# whose errors rows carry the same split.
+SIGNALS = results.SIGNALS
+
 # Requests that wait for the rest of the group by design: no latency limit applies to them.
 WAITING = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
+WAITING_NAMES = frozenset(api_name(k) for k in WAITING)
 PERCENTILES = (("p50_ms", 50.0), ("p99_ms", 99.0), ("p99_9_ms", 99.9))
 
 
@@ -40,7 +42,7 @@ PERCENTILES = (("p50_ms", 50.0), ("p99_ms", 99.0), ("p99_9_ms", 99.9))
 class Thresholds:
     """Limits a run must stay within to pass; None: no limit."""
 
-    max_error_rate: float | None = None  # failures per answered request, 0..1
+    max_error_rate: float | None = None  # errors (signals never) per answered request, 0..1
     max_p99_ms: float | None = None  # every API's p99 but JoinGroup's and SyncGroup's
 
 
@@ -58,11 +60,6 @@ class NodeTotals:
 
     def count(self) -> int:
         return sum(self.requests.values())
-
-    def failures(self) -> int:
-        return sum(
-            n for codes in self.errors.values() for code, n in codes.items() if code not in SIGNALS
-        )
 
 
 @dataclass
@@ -119,11 +116,9 @@ class Totals:
     def requests(self) -> int:
         return sum(h.count for h in self.latency.values())
 
-    def failures(self, api_key: int | None = None) -> int:
-        keys = self.errors.keys() if api_key is None else [api_key]
-        return sum(
-            n for k in keys for code, n in self.errors.get(k, {}).items() if code not in SIGNALS
-        )
+    def codes(self) -> dict[int, int]:
+        """Errors and signals by code, over every API."""
+        return summed(self.errors.values())
 
     def storm_durations_ms(self) -> dict[str, float]:
         """Each group's join storm: max(last answered) - max(last sent) over its workers."""
@@ -150,6 +145,30 @@ class Totals:
             for state, n in states.items():
                 final[state] = final.get(state, 0) + n
         return final
+
+
+def summed(by_api: Iterable[Mapping[int, int]]) -> dict[int, int]:
+    """Counts by code added up over several APIs' (or nodes')."""
+    total: defaultdict[int, int] = defaultdict(int)
+    for codes in by_api:
+        for code, n in codes.items():
+            total[code] += n
+    return dict(total)
+
+
+def split(codes: Mapping[int, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """Counts by code as (errors, signals), each by name in code order."""
+    errors: dict[str, int] = {}
+    signals: dict[str, int] = {}
+    for code, n in sorted(codes.items()):
+        (signals if code in SIGNALS else errors)[error_name(code)] = n
+    return errors, signals
+
+
+def counted(codes: Mapping[int, int]) -> tuple[int, int]:
+    """(errors, signals) among counts by code."""
+    signals = sum(n for code, n in codes.items() if code in SIGNALS)
+    return sum(codes.values()) - signals, signals
 
 
 def ms(value: float) -> float | None:
@@ -179,40 +198,96 @@ def exact_percentile(values: list[float], q: float) -> float:
     return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
 
 
-def verdict(totals: Totals, thresholds: Thresholds) -> dict[str, Any]:
-    """Passed, or the reasons not, as sentences."""
+WHOLE_RUN = "over the whole run"
+
+
+def steady_words(seconds: range) -> str:
+    """Where a steady phase's figures come from, as the verdict and the views say it."""
+    return f"in steady state, seconds {seconds[0]}-{seconds[-1]}"
+
+
+def judge(
+    thresholds: Thresholds,
+    p99_by_api: Mapping[str, float | None],
+    errors: int,
+    requests: int,
+    where: str,
+    error_names: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """The verdict, from figures alone: passed, or the reasons not, as sentences.
+
+    `p99_by_api`: each API's p99 in ms (None: no request) over the window the latency limit
+    applies to, which `where` names ("in steady state, seconds 31-290", or WHOLE_RUN);
+    JoinGroup and SyncGroup, which wait for their group by design, are left out. `errors`
+    (signals never count) of `requests` answered: the error rate's, over the whole run;
+    `error_names` (errors by name) names the commonest in the sentence."""
     failures: list[str] = []
-    requests = totals.requests()
     if requests == 0:
         failures.append("No request was answered.")
-    if thresholds.max_error_rate is not None and requests:
-        failed = totals.failures()
-        if failed / requests > thresholds.max_error_rate:
-            worst = sorted(
-                (
-                    (n, error_name(code))
-                    for codes in totals.errors.values()
-                    for code, n in codes.items()
-                    if code not in SIGNALS
-                ),
-                reverse=True,
-            )[:3]
-            failures.append(
-                f"The error rate {failed / requests:.3%} is above the limit "
-                f"{thresholds.max_error_rate:.3%}: {failed:,} errors in {requests:,} requests "
-                f"({', '.join(f'{name} {n:,}' for n, name in worst)})."
-            )
+    limit = thresholds.max_error_rate
+    if limit is not None and requests and errors / requests > limit:
+        worst = sorted(((n, name) for name, n in (error_names or {}).items()), reverse=True)
+        named = ", ".join(f"{name} {n:,}" for n, name in worst[:3])
+        failures.append(
+            f"The error rate {errors / requests:.3%} is above the limit {limit:.3%}: "
+            f"{errors:,} errors in {requests:,} requests" + (f" ({named})." if named else ".")
+        )
     if thresholds.max_p99_ms is not None:
-        for api_key, h in sorted(totals.latency.items()):
-            if api_key in WAITING or h.count == 0:
+        for name, p99 in p99_by_api.items():
+            if name in WAITING_NAMES or p99 is None or math.isnan(p99):
                 continue
-            p99 = h.percentile_ms(99)
             if p99 > thresholds.max_p99_ms:
                 failures.append(
-                    f"{api_name(api_key)} p99 {p99:.3f} ms is above the limit "
-                    f"{thresholds.max_p99_ms:g} ms."
+                    f"{name} p99 {p99:.3f} ms is above the limit {thresholds.max_p99_ms:g} ms "
+                    f"{where}."
                 )
     return {"passed": not failures, "failures": failures}
+
+
+def api_figures(h: Histogram, codes: Mapping[int, int], seconds: float) -> dict[str, Any]:
+    """One API over a window of `seconds`: a phase's entry in summary.json."""
+    errors, signals = split(codes)
+    return {
+        "count": h.count,
+        "requests_per_s": h.count / seconds if seconds else None,
+        **percentiles(h),
+        "errors": errors,
+        "signals": signals,
+        "error_rate": rate(counted(codes)[0], h.count),
+    }
+
+
+def requests_figures(count: int, codes: Mapping[int, int], seconds: float) -> dict[str, Any]:
+    """Every API's requests over a window of `seconds`."""
+    errors, signals = counted(codes)
+    return {
+        "count": count,
+        "requests_per_s": count / seconds if seconds else None,
+        "errors": errors,
+        "signals": signals,
+        "error_rate": rate(errors, count),
+    }
+
+
+def phase_section(per_second: PerSecond, seconds: range | None) -> dict[str, Any] | None:
+    """One phase's figures, from every worker's seconds it holds (late ones too)."""
+    if seconds is None:
+        return None
+    apis = {}
+    count = 0
+    codes: list[dict[int, int]] = []
+    for api_key in per_second.api_keys(seconds):
+        h, api_codes = per_second.over(api_key, seconds)
+        apis[api_name(api_key)] = api_figures(h, api_codes, len(seconds))
+        count += h.count
+        codes.append(api_codes)
+    return {
+        "first_s": seconds[0],
+        "last_s": seconds[-1],
+        "seconds": len(seconds),
+        "requests": requests_figures(count, summed(codes), len(seconds)),
+        "apis": apis,
+    }
 
 
 def nodes_section(totals: Totals, elapsed_s: float) -> dict[str, Any]:
@@ -221,28 +296,26 @@ def nodes_section(totals: Totals, elapsed_s: float) -> dict[str, Any]:
     for address in totals.node_order():
         n = totals.nodes[address]
         count = n.count()
-        errors: defaultdict[int, int] = defaultdict(int)
-        for codes in n.errors.values():
-            for code, c in codes.items():
-                errors[code] += c
+        codes = summed(n.errors.values())
+        errors, signals = split(codes)
+        apis = {}
+        for api_key in sorted(n.requests.keys() | n.errors.keys()):
+            api_errors, api_signals = split(n.errors.get(api_key, {}))
+            apis[api_name(api_key)] = {
+                "count": n.requests.get(api_key, 0),
+                "errors": api_errors,
+                "signals": api_signals,
+            }
         section[address] = {
             "node_id": totals.node_ids.get(address),
             "groups": n.groups,
             "connections": n.peak_connections,
             "requests": count,
             "requests_per_s": count / elapsed_s if elapsed_s else None,
-            "errors": {error_name(c): k for c, k in sorted(errors.items())},
-            "failures": n.failures(),
-            "error_rate": rate(n.failures(), count),
-            "apis": {
-                api_name(api_key): {
-                    "count": n.requests.get(api_key, 0),
-                    "errors": {
-                        error_name(c): k for c, k in sorted(n.errors.get(api_key, {}).items())
-                    },
-                }
-                for api_key in sorted(n.requests.keys() | n.errors.keys())
-            },
+            "errors": errors,
+            "signals": signals,
+            "error_rate": rate(counted(codes)[0], count),
+            "apis": apis,
         }
     return section
 
@@ -258,7 +331,12 @@ def summarize(
     message: str | None,
     now_ms: int,
     tables: dict[str, int],
+    per_second: PerSecond | None = None,
+    phases: Phases | None = None,
+    server: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The document; `per_second` and `phases` give the phases' figures (none without
+    them), `server` is the server's section (None: not sampled)."""
     started = totals.started_ms if totals.started_ms is not None else now_ms
     ended = totals.ended_ms if totals.ended_ms is not None else now_ms
     elapsed = max(0.0, (ended - started) / 1000)
@@ -267,14 +345,29 @@ def summarize(
     for api_key in sorted(totals.latency.keys() | totals.errors.keys()):
         h = totals.latency.get(api_key, Histogram())
         codes: Mapping[int, int] = totals.errors.get(api_key, {})
+        api_errors, api_signals = split(codes)
         apis[api_name(api_key)] = {
             "api_key": api_key,
             "count": h.count,
             "requests_per_s": h.count / elapsed if elapsed else None,
-            "errors": {error_name(c): n for c, n in sorted(codes.items())},
-            "error_rate": rate(totals.failures(api_key), h.count),
+            "errors": api_errors,
+            "signals": api_signals,
+            "error_rate": rate(counted(codes)[0], h.count),
             **percentiles(h),
         }
+    sections: dict[str, dict[str, Any] | None] = dict.fromkeys(("joining", "steady", "leaving"))
+    if per_second is not None and phases is not None:
+        sections = {name: phase_section(per_second, s) for name, s in phases.named().items()}
+    steady = sections["steady"]
+    if steady is not None and phases is not None and phases.steady is not None:
+        p99s = {name: api["p99_ms"] for name, api in steady["apis"].items()}
+        where = steady_words(phases.steady)
+    else:
+        p99s = {name: api["p99_ms"] for name, api in apis.items()}
+        where = WHOLE_RUN
+    all_codes = totals.codes()
+    errors_count = counted(all_codes)[0]
+    commit_errors, commit_signals = counted(totals.errors.get(ApiKey.OFFSET_COMMIT, {}))
     stable = sorted(totals.storm_durations_ms().values())
     after_delay = sorted(totals.storm_after_delay_ms().values())
     members: dict[str, Any] = {
@@ -291,14 +384,10 @@ def summarize(
         "started": iso(started),
         "ended": iso(ended),
         "elapsed_s": round(elapsed, 3),
-        "requests": {
-            "count": requests,
-            "requests_per_s": requests / elapsed if elapsed else None,
-            "errors": sum(n for codes in totals.errors.values() for n in codes.values()),
-            "failures": totals.failures(),
-            "error_rate": rate(totals.failures(), requests),
-        },
+        "requests": requests_figures(requests, all_codes, elapsed),
         "apis": apis,
+        "phases": sections,
+        "steady_by": phases.steady_by if phases is not None else None,
         "rebalances": {
             "count": totals.rebalances.count,
             "unexpected": totals.unexpected_rebalances,
@@ -323,7 +412,8 @@ def summarize(
         "commits": {
             "count": totals.commits,
             "offsets": totals.offsets,
-            "errors": sum(totals.errors.get(ApiKey.OFFSET_COMMIT, {}).values()),
+            "errors": commit_errors,
+            "signals": commit_signals,
         },
         "generator": {
             "workers": workers,
@@ -333,6 +423,7 @@ def summarize(
         },
         "members": members,
         "nodes": nodes_section(totals, elapsed),
+        "server": server,
         "tables": {**tables, "errors_dropped": totals.errors_dropped},
         "late_seconds": totals.late_seconds,
         # With --faults, loadtest/faults.py's section, set once the run is over (reading
@@ -342,5 +433,5 @@ def summarize(
             "max_error_rate": thresholds.max_error_rate,
             "max_p99_ms": thresholds.max_p99_ms,
         },
-        "verdict": verdict(totals, thresholds),
+        "verdict": judge(thresholds, p99s, errors_count, requests, where, split(all_codes)[0]),
     }

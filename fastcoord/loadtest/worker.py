@@ -7,10 +7,16 @@ the parent says so or its deadline passes, and says why when it cannot go on.
 
 Messages to the parent: ("ready", info), ("second", Second), ("aborted", reason),
 ("failed", reason), ("done", None). From the parent: "stop".
+
+Ctrl-C and SIGTERM are the parent's to act on (it tells the workers to stop, and writes the
+summary), so a worker ignores both; it must then end by itself when the parent is gone
+(killed, say): its pipe breaking or closing says so, and the worker's members leave and
+it ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import time
@@ -41,14 +47,17 @@ class Job:
 
 def main(job: Job, pipe: Pipe) -> None:
     """The worker process's entry point."""
-    # Ctrl-C reaches the whole process group; the parent decides, and says "stop".
+    # Ctrl-C reaches the whole process group, and so may SIGTERM (a service manager's stop):
+    # the parent decides, and says "stop".
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format=f"worker {job.worker}: %(message)s")
     raise_file_limit()
     try:
         trio.run(_run, job, pipe)
     except BaseException as exc:  # the parent must hear why, whatever it was
-        pipe.send(("failed", f"{type(exc).__name__}: {exc}"))
+        with contextlib.suppress(OSError):  # unless it is gone
+            pipe.send(("failed", f"{type(exc).__name__}: {exc}"))
         raise
     finally:
         pipe.close()
@@ -79,13 +88,14 @@ async def _run(job: Job, pipe: Pipe) -> None:
         if reporter.aborted is None:
             await scenarios.leave_all(fleet, LEAVE_TIMEOUT_S)
         reporter.report()
-        pipe.send(("done", None) if reporter.aborted is None else ("aborted", reporter.aborted))
+        reporter.send(("done", None) if reporter.aborted is None else ("aborted", reporter.aborted))
         nursery.cancel_scope.cancel()
 
 
 class _Reporter:
     """Once a second: the measurements to the parent, a look for a stalled server, and
-    a look for the parent's stop."""
+    a look for the parent's stop (or its end: a parent gone stops the run as its stop
+    would)."""
 
     def __init__(self, job: Job, pipe: Pipe, fleet: Fleet, recorder: Recorder) -> None:
         self.job = job
@@ -94,6 +104,7 @@ class _Reporter:
         self.recorder = recorder
         self.scenario_scope: trio.CancelScope | None = None
         self.aborted: str | None = None
+        self.orphaned = False  # the parent is gone: nothing more is sent
         self._second = 0
 
     async def run(self, scope: trio.CancelScope) -> None:
@@ -106,12 +117,29 @@ class _Reporter:
             if reason is not None:
                 self.aborted = reason
                 self._stop()
-            if self.pipe.poll() and self.pipe.recv() == "stop":
+            if self.orphaned or self._told_to_stop():
                 self._stop()
+
+    def _told_to_stop(self) -> bool:
+        try:
+            return bool(self.pipe.poll()) and self.pipe.recv() == "stop"
+        except (EOFError, OSError):  # the parent's end is closed: it is gone
+            self.orphaned = True
+            return True
 
     def _stop(self) -> None:
         if self.scenario_scope is not None:
             self.scenario_scope.cancel()
+
+    def send(self, message: object) -> None:
+        """`message` to the parent, unless it is gone (then the run stops)."""
+        if self.orphaned:
+            return
+        try:
+            self.pipe.send(message)
+        except OSError:  # a broken pipe: the parent is gone
+            self.orphaned = True
+            self._stop()
 
     def report(self, elapsed_s: int | None = None) -> None:
         """Send what was measured since the last report (the last, partial, second when
@@ -124,4 +152,4 @@ class _Reporter:
             time.process_time(),  # the Recorder takes each second's share of the total
             self.fleet.node_connections,
         )
-        self.pipe.send(("second", second))
+        self.send(("second", second))

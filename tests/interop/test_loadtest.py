@@ -151,8 +151,21 @@ def test_steady_agrees_with_the_servers_view(server: ServerProcess, tmp_path: Pa
     assert s["complete"] and s["outcome"] == "completed"
     assert s["members"]["peak_stable"] == 30
     heartbeats = s["apis"]["Heartbeat"]
-    assert heartbeats["count"] > 30 * 3 and heartbeats["errors"] == {}
+    assert heartbeats["count"] > 30 * 3 and heartbeats["errors"] == heartbeats["signals"] == {}
     assert s["unexpected_expirations"] == 0
+    # A join's MEMBER_ID_REQUIRED is the protocol's signal, no error.
+    joins = s["apis"]["JoinGroup"]
+    assert joins["errors"] == {} and joins["signals"]["MEMBER_ID_REQUIRED"] == 30
+    assert s["requests"]["errors"] == 0 and s["requests"]["signals"] >= 30
+    # Every member stable well before the end: the steady phase lies between the joins and
+    # the leaves, and the figures lead with it.
+    assert s["steady_by"] == "members"
+    phases = s["phases"]
+    assert phases["joining"]["last_s"] + 1 == phases["steady"]["first_s"]
+    assert phases["steady"]["last_s"] == 6 and phases["leaving"]["first_s"] == 7
+    assert phases["steady"]["apis"]["Heartbeat"]["count"] > 0
+    assert "JoinGroup" not in phases["steady"]["apis"]
+    assert phases["leaving"]["apis"]["LeaveGroup"]["count"] == 30
     events = server_events(server)
     # Every generation a member saw complete is one the server completed, and the commits
     # the members counted are the offsets the server stored.
@@ -298,7 +311,8 @@ def test_steady_against_the_librdkafka_mock_cluster(tmp_path: Path) -> None:
     s = summary(out)
     assert s["config"]["server_is_fastcoord"] is False
     assert s["members"]["peak_stable"] == 6
-    assert s["apis"]["Heartbeat"]["count"] > 6 and s["apis"]["Heartbeat"]["errors"] == {}
+    heartbeats = s["apis"]["Heartbeat"]
+    assert heartbeats["count"] > 6 and heartbeats["errors"] == heartbeats["signals"] == {}
     assert s["commits"]["offsets"] > 0
 
 
@@ -348,7 +362,7 @@ def test_a_server_that_dies_mid_run_ends_it_with_results_kept(tmp_path: Path) ->
                 run.wait()
     assert run.returncode == 3, output
     s = summary(out)
-    assert s["complete"] and s["outcome"] == "cut short", s
+    assert s["complete"] is False and s["outcome"] == "cut short", s
     assert s["apis"]["Heartbeat"]["count"] > 0
     assert "Traceback" not in output
 

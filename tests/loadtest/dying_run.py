@@ -15,7 +15,7 @@ from fastcoord.loadtest import results
 from fastcoord.loadtest.aggregate import Aggregator
 from fastcoord.loadtest.summary import Thresholds
 
-from .workers import second
+from .workers import second, server_samples
 
 FLUSHED_SECONDS = 3
 EXIT_CODE = 37
@@ -26,6 +26,7 @@ def main(out: Path) -> None:
     for elapsed_s in range(1, FLUSHED_SECONDS + 1):
         agg.add(second(0, elapsed_s))
         agg.add(second(1, elapsed_s))
+        agg.add_server(*server_samples(elapsed_s))
         agg.flush()
     write_table = results.pq.write_table
 

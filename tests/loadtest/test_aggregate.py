@@ -43,7 +43,9 @@ def test_out_of_order_seconds_merge_into_one_row_each(tmp_path: Path) -> None:
         whole.add_ns(values)
         buckets, counts = whole.nonzero()
         assert row["count"] == len(values) == 303
-        assert row["errors"] == 10 + 11 + 11  # one in ten of 100, 101, 102 (the first of ten)
+        # One in ten of 100, 101, 102 (the first of ten) answered REBALANCE_IN_PROGRESS: a
+        # signal, no error.
+        assert (row["errors"], row["signals"]) == (0, 10 + 11 + 11)
         assert row["buckets"] == buckets.tolist() and row["counts"] == counts.tolist()
         assert row["sum_us"] == sum(values) // 1000
         assert row["max_us"] == -(-max(values) // 1000)
@@ -55,17 +57,31 @@ def test_out_of_order_seconds_merge_into_one_row_each(tmp_path: Path) -> None:
     ]
     assert states[0]["requests"] == 303 + 3 and states[0]["connections"] == 15
     assert states[0]["cpu_s"] == pytest.approx(0.3)
+    commits = [r for r in table(out, "latency") if r["api"] == "OffsetCommit"]
+    assert [(r["errors"], r["signals"]) for r in commits] == [(3, 0), (3, 0)]  # NOT_COORDINATOR
     # Event rows are written as they come, seconds complete or not.
-    assert len(table(out, "errors")) == len(order) == len(table(out, "rebalances"))
+    errors = table(out, "errors")
+    assert len(errors) == len(order) == len(table(out, "rebalances"))
+    assert {(r["error"], r["signal"]) for r in errors} == {("NOT_COORDINATOR", False)}
 
     agg.add(second(1, 3, heartbeats=101))
     summary = agg.finish("completed", None)
     assert [r["elapsed_s"] for r in table(out, "states")] == [1, 2, 3]
     assert summary["requests"]["count"] == 9 * 101 + 9  # 100, 101, 102 heartbeats; commits
     assert summary["apis"]["Heartbeat"]["count"] == 9 * 101
-    assert summary["apis"]["Heartbeat"]["errors"] == {"REBALANCE_IN_PROGRESS": 3 * 32}
+    heartbeats = summary["apis"]["Heartbeat"]
+    assert heartbeats["errors"] == {} and heartbeats["error_rate"] == 0
+    assert heartbeats["signals"] == {"REBALANCE_IN_PROGRESS": 3 * 32}
     assert summary["apis"]["OffsetCommit"]["errors"] == {"NOT_COORDINATOR": 9}
-    assert summary["commits"] == {"count": 9, "offsets": 36, "errors": 9}
+    assert summary["apis"]["OffsetCommit"]["signals"] == {}
+    assert summary["commits"] == {"count": 9, "offsets": 36, "errors": 9, "signals": 0}
+    assert summary["requests"] == {
+        "count": 9 * 101 + 9,
+        "requests_per_s": pytest.approx((9 * 101 + 9) / summary["elapsed_s"]),
+        "errors": 9,
+        "signals": 3 * 32,
+        "error_rate": 9 / (9 * 101 + 9),
+    }
     assert summary["members"] == {
         "target": 30,
         "final": {
@@ -153,14 +169,16 @@ def test_the_snapshot_shows_the_newest_merged_second_and_the_run_so_far() -> Non
     assert (snap.elapsed_s, snap.reporting, snap.workers) == (2, 2, 2)
     assert snap.duration_s == 60 and snap.target_members == 30
     hb = snap.apis["Heartbeat"]
-    assert hb.requests == 500 and hb.errors == {"REBALANCE_IN_PROGRESS": 50}
+    assert hb.requests == 500 and hb.errors == {} and hb.signals == {"REBALANCE_IN_PROGRESS": 50}
+    assert snap.apis["OffsetCommit"].errors == {"NOT_COORDINATOR": 2}
     values = heartbeat_ns(0, 2, 200) + heartbeat_ns(1, 2, 300)
     assert hb.p99_ms >= np.percentile(values, 99, method="inverted_cdf") / 1e6
     assert hb.p50_ms <= hb.p99_ms <= hb.p99_9_ms
     assert snap.states["stable"] == 20 and snap.states["leaving"] == 0
     assert snap.cpu_s == pytest.approx(0.2) and snap.connections == 10
     assert snap.requests == 2 * (500 + 2) + 8  # totals include the unmerged second
-    assert snap.failures == 5 and snap.errors["NOT_COORDINATOR"] == 5
+    assert snap.errors == {"NOT_COORDINATOR": 5}
+    assert snap.signals == {"REBALANCE_IN_PROGRESS": 20 + 30 + 20 + 30 + 1}
     assert snap.rebalances == 5 and snap.commits == 5
 
 
@@ -172,6 +190,12 @@ def test_an_api_with_only_errors_gets_a_row_without_latency(tmp_path: Path) -> N
     agg.add(r.take(1, START_MS + 1000, {}, 0, 0.0))
     summary = agg.finish("completed", None)
     (row,) = table(out, "latency")
-    assert (row["api"], row["count"], row["errors"], row["buckets"]) == ("SyncGroup", 0, 1, [])
+    assert (row["api"], row["count"], row["errors"], row["signals"], row["buckets"]) == (
+        "SyncGroup",
+        0,
+        1,
+        0,
+        [],
+    )
     assert summary["apis"]["SyncGroup"]["p99_ms"] is None
     assert summary["apis"]["SyncGroup"]["errors"] == {"UNKNOWN_MEMBER_ID": 1}

@@ -45,22 +45,26 @@ def aggregator(thresholds: Thresholds | None = None) -> Aggregator:
 
 
 def text_of(renderable: object) -> str:
-    console = Console(record=True, width=120)
+    console = Console(record=True, width=160)
     console.print(renderable)
     return console.export_text()
 
 
 def test_the_live_view_holds_the_newest_seconds_figures() -> None:
     text = text_of(render(aggregator().snapshot()))
-    assert "2 s / 30 s" in text and "workers 1/1" in text
+    assert "2 s / 30 s (joining)" in text and "workers 1/1" in text
     assert "generator CPU 45% of a core" in text and "connections 1,000" in text
     assert "members of 1,000: unjoined 0 joining 60 syncing 40 stable 900" in text
     heartbeat = next(line for line in text.splitlines() if "Heartbeat" in line)
     # 1,201 requests; p50 and p99 in 1 ms's bucket, [992, 1024) us; p99.9 among the 7 ms.
     cells = [cell.strip() for cell in heartbeat.split("│")[1:-1]]
-    assert cells == ["Heartbeat", "1,201", "1.02", "1.02", "7.00", "REBALANCE_IN_PROGRESS 1"]
-    assert "UNKNOWN_MEMBER_ID 1" in next(x for x in text.splitlines() if "SyncGroup" in x)
-    assert "2,408 requests, 2 failed" in text
+    assert cells == ["Heartbeat", "1,201", "1.02", "1.02", "7.00", "-", "REBALANCE_IN_PROGRESS 1"]
+    sync = next(x for x in text.splitlines() if "SyncGroup" in x)
+    assert [cell.strip() for cell in sync.split("│")[1:-1]][-2:] == ["UNKNOWN_MEMBER_ID 1", "-"]
+    assert (
+        "2,408 requests, 2 errors (UNKNOWN_MEMBER_ID 2), 2 signals (REBALANCE_IN_PROGRESS 2)"
+        in text
+    )
     assert "rebalances 2 (2 unexpected)" in text and "commits 6" in text
 
 
@@ -80,6 +84,7 @@ def test_off_a_terminal_one_plain_line_every_5_s() -> None:
     assert "2 s / 30 s" in lines[0] and "1,204 requests/s" in lines[0]
     assert "Heartbeat 1.02" in lines[0] and "OffsetCommit 4.00" in lines[0]
     assert "stable 900" in lines[0] and "CPU 45%" in lines[0]
+    assert "errors: UNKNOWN_MEMBER_ID 2 | signals: REBALANCE_IN_PROGRESS 2" in lines[0]
 
 
 def test_on_a_terminal_the_view_is_redrawn_live() -> None:
@@ -93,10 +98,14 @@ def test_on_a_terminal_the_view_is_redrawn_live() -> None:
 def test_the_end_table_holds_the_summary() -> None:
     limits = Thresholds(max_error_rate=0.5, max_p99_ms=0.5)
     summary = aggregator(limits).finish("completed", None)
-    console = Console(record=True, width=120)
+    console = Console(record=True, width=160)
     print_summary(summary, console)
     text = console.export_text()
     assert "completed after 2 s, 2,408 requests" in text
+    assert (
+        "no steady phase: the members were never all stable at once (900 of 1,000 at most)" in text
+    )
+    assert "whole run, 2,408 requests, 2 errors, 2 signals" in text
     heartbeat = next(line for line in text.splitlines() if "Heartbeat" in line)
     cells = [cell.strip() for cell in heartbeat.split("│")[1:-1]]
     assert cells == [
@@ -107,13 +116,14 @@ def test_the_end_table_holds_the_summary() -> None:
         "1.02",
         "7.00",
         "7.00",
+        "-",
         "REBALANCE_IN_PROGRESS 2",
     ]
     assert "rebalances seen by members: 2 (2 unexpected)" in text and "max 120 ms" in text
     assert "unexpected expirations: 2" in text
-    assert "commits: 6 of 12 offsets, 0 errors" in text
+    assert "commits: 6 of 12 offsets, 0 errors, 0 signals" in text
     assert "generator: workers 1, CPU 0.9 s, 0.45 cores" in text
     assert "peak stable 900" in text and "target 1,000" in text
     assert "verdict: failed" in text
-    assert "Heartbeat p99 1.024 ms is above the limit 0.5 ms." in text
-    assert "OffsetCommit p99 4.000 ms is above the limit 0.5 ms." in text
+    assert "Heartbeat p99 1.024 ms is above the limit 0.5 ms over the whole run." in text
+    assert "OffsetCommit p99 4.000 ms is above the limit 0.5 ms over the whole run." in text

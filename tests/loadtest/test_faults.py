@@ -23,7 +23,6 @@ from fastcoord.loadtest.display import faults_report, print_summary
 from fastcoord.loadtest.faults import (
     Applied,
     FaultRun,
-    PerSecond,
     ScheduleError,
     admin_addresses,
     effects,
@@ -33,6 +32,7 @@ from fastcoord.loadtest.faults import (
     seconds_of,
     touched,
 )
+from fastcoord.loadtest.seconds import PerSecond
 from fastcoord.loadtest.stats import Recorder, Second
 from fastcoord.loadtest.summary import Thresholds
 from fastcoord.protocol.api_keys import ApiKey
@@ -217,7 +217,7 @@ def test_the_command_refuses_a_schedule_it_cannot_use(
 def synthetic_seconds() -> list[Second]:
     """Ten seconds of two workers, 50 Heartbeats (1 ms) and 5 OffsetCommits (4 ms) each a
     second; in seconds 4 to 6, 5 of each worker's Heartbeats took 50 ms and were answered
-    COORDINATOR_LOAD_IN_PROGRESS."""
+    COORDINATOR_LOAD_IN_PROGRESS, and one REBALANCE_IN_PROGRESS (a signal)."""
     seconds = []
     for elapsed_s in range(1, 11):
         for worker in (0, 1):
@@ -225,6 +225,8 @@ def synthetic_seconds() -> list[Second]:
             for i in range(50):
                 slow = 4 <= elapsed_s <= 6 and i < 5
                 code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if slow else 0
+                if 4 <= elapsed_s <= 6 and i == 5:
+                    code = ErrorCode.REBALANCE_IN_PROGRESS
                 r.record(ApiKey.HEARTBEAT, 50 * MS if slow else MS, code)
             for _ in range(5):
                 r.record(ApiKey.OFFSET_COMMIT, 4 * MS, 0)
@@ -281,6 +283,7 @@ def test_a_faults_window_beside_the_run_outside_every_window() -> None:
                 "requests": 300,
                 "requests_per_s": 100.0,
                 "errors": {"COORDINATOR_LOAD_IN_PROGRESS": 30},
+                "signals": {"REBALANCE_IN_PROGRESS": 6},
                 "p50_ms": 1.024,  # the bucket's upper bound, below the window's max
                 "p99_ms": 50.0,
             },
@@ -289,6 +292,7 @@ def test_a_faults_window_beside_the_run_outside_every_window() -> None:
                 "requests": 500,
                 "requests_per_s": 100.0,
                 "errors": {},
+                "signals": {},
                 "p50_ms": 1.0,  # every one 1 ms: the max, below the bucket's bound
                 "p99_ms": 1.0,
             },
@@ -323,7 +327,7 @@ def test_the_end_table_shows_each_fault_and_its_effect() -> None:
     summary = agg.finish("completed", None)
     assert summary["faults"] is None  # without --faults
     summary["faults"] = effects(applied_faults(), per_second(seconds))
-    console = Console(record=True, width=120)
+    console = Console(record=True, width=160)
     print_summary(summary, console)
     text = console.export_text()
     lines = text.splitlines()
@@ -341,8 +345,17 @@ def test_the_end_table_shows_each_fault_and_its_effect() -> None:
     first = lines.index(heartbeat)
     rows = [cells(line) for line in lines[first + 1 : first + 8] if "│" in line]
     assert rows == [
-        ["Heartbeat", "window 3", "300", "100", "1.02", "50.00", "COORDINATOR_LOAD_IN_PROGRESS 30"],
-        ["Heartbeat", "outside 5", "500", "100", "1.00", "1.00", "-"],
+        [
+            "Heartbeat",
+            "window 3",
+            "300",
+            "100",
+            "1.02",
+            "50.00",
+            "COORDINATOR_LOAD_IN_PROGRESS 30",
+            "REBALANCE_IN_PROGRESS 6",
+        ],
+        ["Heartbeat", "outside 5", "500", "100", "1.00", "1.00", "-", "-"],
     ]
     assert text.index("fault #4") < text.index("verdict: passed")
 
@@ -360,9 +373,7 @@ def test_faults_the_server_cannot_take_are_reported_and_the_run_goes_on() -> Non
     deadline = time.monotonic() + 5
     while run.applied[0].apply_error is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    for second in synthetic_seconds():
-        run.record(second)
-    refused, late = run.finish()
+    refused, late = run.finish(per_second(synthetic_seconds()))
     assert refused["apply_error"] == "not added: connection refused"
     assert late["apply_error"] == "not added: the run ended first"
     assert refused["effect"] is None and late["window"] is None
@@ -595,9 +606,7 @@ def test_a_fault_is_added_to_every_node_and_counted_over_them(stubs: list[Stub])
     deadline = time.monotonic() + 5
     while run.applied[0].fault_id is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    for second in synthetic_seconds():
-        run.record(second)
-    (fault,) = run.finish()
+    (fault,) = run.finish(per_second(synthetic_seconds()))
     assert fault["id"] == 7 and fault["injected"] == 7 and fault["state"] == "ended"
     assert fault["apply_error"] is None and fault["end_error"] is None
     assert fault["window"] is not None and fault["effect"] is not None
@@ -629,7 +638,7 @@ def test_a_node_that_refuses_a_fault_is_named_and_the_others_keep_it(stubs: list
     deadline = time.monotonic() + 5
     while run.applied[0].apply_error is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    (fault,) = run.finish()
+    (fault,) = run.finish(PerSecond())
     assert fault["apply_error"] == f"{stubs[1].address}: not added: 400: no room"
     assert fault["id"] is None  # not every node has it
     assert fault["injected"] == 5 and fault["state"] == "active"

@@ -140,10 +140,16 @@ def test_each_group_counts_once_on_the_node_that_coordinates_it() -> None:
     a, b, c = nodes.values()
     # 2 workers x 2 seconds: 10 heartbeats and a JoinGroup to each node each time.
     assert a["requests"] == b["requests"] == c["requests"] == 4 * 11
-    assert a["apis"]["Heartbeat"] == {"count": 40, "errors": {}}
-    assert b["errors"] == {"MEMBER_ID_REQUIRED": 4} and b["failures"] == 0  # a signal
-    assert c["errors"] == {"NETWORK_EXCEPTION": 4, "NOT_COORDINATOR": 4}
-    assert c["failures"] == 8 and c["error_rate"] == pytest.approx(8 / 44)
+    assert a["apis"]["Heartbeat"] == {"count": 40, "errors": {}, "signals": {}}
+    assert b["errors"] == {} and b["signals"] == {"MEMBER_ID_REQUIRED": 4}  # a signal
+    assert b["error_rate"] == 0
+    assert b["apis"]["JoinGroup"] == {
+        "count": 4,
+        "errors": {},
+        "signals": {"MEMBER_ID_REQUIRED": 4},
+    }
+    assert c["errors"] == {"NETWORK_EXCEPTION": 4, "NOT_COORDINATOR": 4} and c["signals"] == {}
+    assert c["error_rate"] == pytest.approx(8 / 44)
     # The most connections in one merged second: both workers' together.
     assert [n["connections"] for n in nodes.values()] == [2, 4, 0]
     # FindCoordinator is the bootstrap's, in no node's share.
@@ -175,6 +181,7 @@ def test_the_views_show_each_node_of_a_cluster() -> None:
         "1",
         "4",
         "22",
+        "-",
         "MEMBER_ID_REQUIRED 2",
     ]
     line = plain_line(snapshot)

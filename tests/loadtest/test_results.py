@@ -22,7 +22,7 @@ from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode
 
 from . import dying_run
-from .workers import START_MS, second
+from .workers import START_MS, second, server_samples
 
 ROOT = Path(__file__).parent.parent.parent
 
@@ -32,6 +32,7 @@ def run_of(out: Path, seconds: int, flush_every: int = 1) -> dict[str, object]:
     for elapsed_s in range(1, seconds + 1):
         agg.add(second(0, elapsed_s))
         agg.add(second(1, elapsed_s))
+        agg.add_server(*server_samples(elapsed_s))
         if elapsed_s % flush_every == 0:
             agg.flush()
     return agg.finish("completed", None)
@@ -49,6 +50,7 @@ def test_tables_read_with_their_schemas(tmp_path: Path) -> None:
     assert ds.dataset(out / "states").count_rows() == 4
     assert ds.dataset(out / "errors").count_rows() == 4 * 2
     assert ds.dataset(out / "rebalances").count_rows() == 4 * 2
+    assert ds.dataset(out / "server").count_rows() == 4
     # No temporary file is left: the one hidden file is git's.
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == [".gitignore"]
 
@@ -120,7 +122,12 @@ def test_a_second_run_in_the_same_directory_is_refused(tmp_path: Path) -> None:
     run_of(out, seconds=1)
     with pytest.raises(FileExistsError, match="another run"):
         Aggregator(out, {}, workers=1, thresholds=Thresholds())
+    assert results.earlier_run(out) == (
+        f"{out} holds another run's results (summary.json, latency, rebalances, errors, "
+        "states, server): give an empty or new directory"
+    )
     Aggregator(tmp_path / "empty-but-there", {}, workers=1, thresholds=Thresholds())
+    assert results.earlier_run(tmp_path / "nowhere") is None
 
 
 def git_ignores(repo: Path, path: Path) -> bool:
@@ -166,9 +173,9 @@ def test_a_killed_run_leaves_whole_files_and_what_it_flushed(tmp_path: Path) -> 
     assert [p.name for p in leftovers] == [".part-00003.parquet.tmp"]  # the half-written one
     for name in results.SCHEMAS:
         table = ds.dataset(out / name, format="parquet").to_table()  # skips the hidden file
-        expected = {"latency": 2, "states": 1, "errors": 2, "rebalances": 2}[name]
+        expected = {"latency": 2, "states": 1, "errors": 2, "rebalances": 2, "server": 1}[name]
         assert table.num_rows == dying_run.FLUSHED_SECONDS * expected, name
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["complete"] is False and summary["outcome"] is None
+    assert summary["complete"] is False and summary["outcome"] == "running"
     assert summary["requests"]["count"] == dying_run.FLUSHED_SECONDS * 2 * 101
     assert summary["tables"]["latency"] == dying_run.FLUSHED_SECONDS * 2

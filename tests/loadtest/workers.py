@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fastcoord.loadtest.sampler import Sample
 from fastcoord.loadtest.stats import Recorder, Second
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode
@@ -35,3 +36,13 @@ def second(
     r.rebalance("g", f"m{worker}", None, elapsed_s, wall_ms - 900, wall_ms - 400, "join", True)
     r.commit(4)
     return r.take(elapsed_s, wall_ms, states or {"stable": 10, "joining": 1}, 5, cpu_s)
+
+
+def server_samples(
+    elapsed_s: int, node: str = "127.0.0.1:9644"
+) -> tuple[list[Sample], dict[str, int]]:
+    """One sample of the server in second `elapsed_s`: 0.25 s of CPU a second, 100 MB and
+    1 MB more each second; none failed."""
+    wall_ms = START_MS + elapsed_s * 1000 - 500
+    sample = (wall_ms, elapsed_s, node, 0.25 * elapsed_s, 100_000_000 + elapsed_s * 1_000_000)
+    return [sample], {node: 0}
