@@ -184,6 +184,12 @@ class Aggregator:
         self._last: _Merged | None = None
         self._rows: dict[str, list[Any]] = {name: [] for name in results.SCHEMAS}
         self._created_ms = time.time_ns() // 1_000_000
+        self._start_known = False
+
+    def start(self, started_ms: int) -> None:
+        """The run's start, wall clock, as the workers count their seconds from it."""
+        self.totals.started_ms = started_ms
+        self._start_known = True
 
     def add(self, second: Second) -> None:
         """One worker's second: counted at once, merged when its second is due."""
@@ -219,8 +225,11 @@ class Aggregator:
             t.storms[group][s.worker] = (members, sent_ns, answered_ns, generation_ns)
         if s.worker not in t.states or t.states[s.worker][0] <= s.elapsed_s:
             t.states[s.worker] = (s.elapsed_s, s.states)
-        start = s.wall_ms - s.elapsed_s * 1000
-        t.started_ms = start if t.started_ms is None else min(t.started_ms, start)
+        if not self._start_known:
+            # A second's take ends it, so its start is elapsed_s seconds before; the last,
+            # partial, second of a worker would put it up to a second too early.
+            start = s.wall_ms - s.elapsed_s * 1000
+            t.started_ms = start if t.started_ms is None else min(t.started_ms, start)
         t.ended_ms = s.wall_ms if t.ended_ms is None else max(t.ended_ms, s.wall_ms)
         for share in s.nodes:
             node = t.node(share.address)

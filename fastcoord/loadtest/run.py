@@ -345,6 +345,7 @@ def _drive(
     signals = signals or _Signals()
     context = multiprocessing.get_context("spawn")
     started = time.time()
+    aggregator.start(round(started * 1000))
     fleet = fleet_config(o, address)
     plan = plan_of(o)
     pipes: dict[Pipe, int] = {}

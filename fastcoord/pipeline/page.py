@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fastcoord.loadtest.results import STATES
-from fastcoord.loadtest.summary import Thresholds, judge
+from fastcoord.loadtest.summary import WHOLE_RUN, Thresholds, judge
 from fastcoord.pipeline import html
 from fastcoord.pipeline.scope import Scope, headline
 
@@ -83,13 +83,19 @@ def verdict(scope: Scope, figures: dict[str, Any]) -> dict[str, Any]:
     load test's rule: p99 in the headline window, errors over the whole run."""
     limits = (scope.summary or {}).get("thresholds") or {}
     window = figures["window"]
-    return judge(
+    where = (
+        WHOLE_RUN
+        if window.phase == "run"
+        else f"in the steady window, seconds {window.first_s}-{window.last_s} ({window.source})"
+    )
+    verdict: dict[str, Any] = judge(
         Thresholds(limits.get("max_error_rate"), limits.get("max_p99_ms")),
         figures["p99_by_api"],
         figures["errors"],
         figures["requests"],
-        f"{window.phase}, seconds {window.first_s}-{window.last_s}",
+        where,
     )
+    return verdict
 
 
 def _cards(scope: Scope, f: dict[str, Any]) -> list[html.Figure]:
@@ -235,11 +241,13 @@ def time_charts(report: Report, rows: dict[str, Rows]) -> list[dict[str, Any]]:
                 log=True,
             )
         )
-    for s in scopes:
+    for i, s in enumerate(scopes):
         states = _of(rows["member_states"], run=s.run)
+        if not states:
+            continue
         charts.append(
             _time_chart(
-                f"members-{len(charts)}",
+                f"members-{i}",
                 _label("Members by state", s.run, n),
                 "members",
                 (_series(states, "elapsed_s", state, state) for state in STATES),

@@ -81,14 +81,14 @@ def of_no_run(events: DataFrame, scopes: DataFrame) -> DataFrame:
 
 
 def scopes_of(spark: SparkSession, inputs: Inputs) -> DataFrame:
-    """run, group_pattern, start_ms, end_ms: each run's server events. Without a run, the
+    """run, group_pattern, start_ms, end_ms: each run's server events. A run without its
+    summary has none (which groups and time were its, it does not say); without a run, the
     event logs are read whole, under the run name ''."""
-    bounds = [(run.name, *event_bounds(run.summary)) for run in inputs.runs] or [
-        ("", None, None, None)
-    ]
-    return spark.createDataFrame(
-        bounds, "run string, group_pattern string, start_ms long, end_ms long"
-    )
+    bounds = [(run.name, *event_bounds(run.summary)) for run in inputs.runs if run.summary]
+    if not inputs.runs:
+        bounds = [("", None, None, None)]
+    schema = "run string, group_pattern string, start_ms long, end_ms long"
+    return spark.createDataFrame(bounds, schema)
 
 
 def load(spark: SparkSession, inputs: Inputs) -> Tables:

@@ -26,7 +26,7 @@ from fastcoord.loadtest.summary import SIGNALS
 from fastcoord.pipeline.report import Options, Report, make_report
 from fastcoord.protocol.errors import error_name
 from fastcoord.testing import child_env, fastcoord_server
-from fastcoord.testing_browser import dump_dom
+from fastcoord.testing_browser import dump_dom, parse
 
 from .generated import latency_run, other_tables
 
@@ -91,6 +91,8 @@ def reported(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
         "200",
         "--event-log-flush-ms",
         "200",
+        "--group-min-session-timeout-ms",
+        "500",
         "--admin-port",
         "0",
     ) as server:
@@ -238,9 +240,7 @@ def test_signals_are_counted_apart_from_errors(reported: dict[str, Any]) -> None
     run, report = reported["run"], reported["report"]
     latency = run_table(run, "latency")
     rows = run_table(run, "errors")
-    # Every member's first JoinGroup is answered MEMBER_ID_REQUIRED: a signal, not an error.
-    assert any(r["error"] == "MEMBER_ID_REQUIRED" for r in rows)
-    assert all(r["signal"] == (r["error_code"] in SIGNALS) for r in rows)
+    assert rows and all(r["signal"] == (r["error_code"] in SIGNALS) for r in rows)
     assert {error_name(c) for c in SIGNALS} >= {r["error"] for r in rows if r["signal"]}
     requests = sum(r["count"] for r in latency)
     errors = sum(r["errors"] for r in latency)
@@ -249,12 +249,16 @@ def test_signals_are_counted_apart_from_errors(reported: dict[str, Any]) -> None
     summary = json.loads((run / "summary.json").read_text())
     assert summary["requests"]["errors"] == errors
     assert summary["requests"]["signals"] == signals
+    # Every member's first JoinGroup is answered MEMBER_ID_REQUIRED: a signal, not an error.
     assert "MEMBER_ID_REQUIRED" not in summary["apis"]["JoinGroup"]["errors"]
     assert summary["apis"]["JoinGroup"]["signals"]["MEMBER_ID_REQUIRED"] >= MEMBERS
     figures = page_figures(reported["dom"])
     assert float(figures["run.error_rate"]) == pytest.approx(errors / requests)
     by_code = rows_of(report, "errors_by_code", "run")
-    assert {r["error"] for r in by_code if r["signal"]} >= {"MEMBER_ID_REQUIRED"}
+    assert {(r["error"], r["signal"], r["count"]) for r in by_code} == {
+        (e, s, sum(1 for r in rows if (r["error"], r["signal"]) == (e, s)))
+        for e, s in {(r["error"], r["signal"]) for r in rows}
+    }
     by_api = rows_of(report, "errors_by_api", "run")
     assert sum(r["errors"] for r in by_api) == errors
     assert sum(r["signals"] for r in by_api) == signals
@@ -313,11 +317,12 @@ def test_server_side_figures_are_this_runs_only(reported: dict[str, Any]) -> Non
 def test_the_page_opens_offline_and_draws_every_chart(reported: dict[str, Any]) -> None:
     page = reported["report"].html.read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
-    dom = reported["dom"]
-    assert 'data-script-errors="' not in dom or re.search(r'data-script-errors="(\[\])?"', dom)
-    charts = re.findall(r'<div[^>]*class="[^"]*chart[^"]*"[^>]*>', dom)
-    drawn = [int(x) for x in re.findall(r'data-drawn="(\d+)"', dom)]
-    assert len(charts) >= 8 and len(drawn) == len(charts) and all(n > 0 for n in drawn)
+    root = parse(reported["dom"])
+    assert root.find("html").attrs.get("data-script-errors") in (None, "", "[]")
+    charts = root.find_all(data_drawn=True)
+    assert len(charts) >= 8
+    assert [e.attrs.get("data-state") for e in charts] == ["drawn"] * len(charts)
+    assert all(int(e.attrs["data-drawn"]) > 0 for e in charts)
     # The fault's window is shaded on the time charts, where the run recorded it.
     summary = json.loads((reported["run"] / "summary.json").read_text())
     window = summary["faults"][0]["window"]
