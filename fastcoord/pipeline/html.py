@@ -339,7 +339,7 @@ class Page:
     def __init__(self, title: str, subtitle: str = "") -> None:
         self.title = title
         self.subtitle = subtitle
-        self._verdict = ""
+        self._verdicts: list[str] = []
         self._problems: list[str] = []
         self._figures: list[str] = []
         self._sections: list[tuple[str, str, str]] = []  # (id, heading, html)
@@ -351,23 +351,26 @@ class Page:
         self._problems.extend(problems)
 
     def verdict(self, passed: bool | None, headline: str, failures: Sequence[str] = ()) -> None:
-        """The banner at the top: passed, failed, or None for no verdict (nothing to judge
-        by); `failures` lists what failed."""
+        """A banner at the top: passed, failed, or None for no verdict (nothing to judge
+        by); `failures` lists what failed. Each call adds one (a run's, of several)."""
         if passed is None:
             kind, badge = "none", "NO VERDICT"
         else:
             kind, badge = ("pass", "PASSED") if passed else ("fail", "FAILED")
         items = "".join(f"<li>{html.escape(f)}</li>" for f in failures)
-        self._verdict = (
-            f'<section class="verdict verdict-{kind}" id="verdict" data-verdict="{kind}">'
+        n = len(self._verdicts) + 1
+        verdict_id = "verdict" if n == 1 else f"verdict-{n}"
+        self._verdicts.append(
+            f'<section class="verdict verdict-{kind}" id="{verdict_id}" data-verdict="{kind}">'
             f'<div class="verdict-badge">{badge}</div><div class="verdict-text">'
             f'<p class="verdict-headline">{html.escape(headline)}</p>'
             + (f'<ul class="verdict-failures">{items}</ul>' if items else "")
             + "</div></section>"
         )
 
-    def figures(self, figures: Sequence[Figure]) -> None:
-        """One row of cards; each call adds a row."""
+    def figures(self, figures: Sequence[Figure], title: str | None = None) -> None:
+        """One row of cards, under `title` if given (whose figures: a run's, of several);
+        each call adds a row."""
         cards = []
         for f in figures:
             tone = f" tone-{f.tone}" if f.tone else ""
@@ -379,7 +382,8 @@ class Page:
                 f'data-figure="{html.escape(f.key)}" data-value="{_raw(f.value)}">{text}{unit}'
                 f'</div><div class="figure-label">{html.escape(f.label)}</div>{note}</div>'
             )
-        self._figures.append(f'<div class="figures">{"".join(cards)}</div>')
+        head = f'<h3 class="figures-title">{html.escape(title)}</h3>' if title else ""
+        self._figures.append(f'{head}<div class="figures">{"".join(cards)}</div>')
 
     def section(self, heading: str, html: str, id: str | None = None) -> str:
         """A section (its HTML as given: from table(), chart(), ...); returns its id, made
@@ -440,7 +444,7 @@ class Page:
                 '<noscript><p class="script-errors">The charts need JavaScript, which is off.'
                 "</p></noscript>"
             )
-        body.append(self._verdict)
+        body.extend(self._verdicts)
         if self._problems:
             items = "".join(f'<li class="problem">{html.escape(p)}</li>' for p in self._problems)
             body.append(

@@ -210,7 +210,10 @@ def time_charts(report: Report, rows: dict[str, Rows]) -> list[dict[str, Any]]:
     step = report.step_s
     per = f"per second ({step}-second steps)" if step > 1 else "per second"
     series = rows["latency_series"]
-    apis = sorted({r["api"] for r in series})
+    volume: dict[str, int] = defaultdict(int)
+    for r in series:
+        volume[r["api"]] += r["count"]
+    apis = sorted(volume, key=lambda api: (-volume[api], api))
     charts = [
         _time_chart(
             "requests",
@@ -227,6 +230,8 @@ def time_charts(report: Report, rows: dict[str, Rows]) -> list[dict[str, Any]]:
         )
     ]
     for api in apis:
+        if len({r["t"] for r in series if r["api"] == api}) < 2:
+            continue  # a request or two (Metadata, LeaveGroup): its figures are in the tables
         charts.append(
             _time_chart(
                 f"latency-{api.lower()}",
@@ -446,18 +451,24 @@ def render(report: Report, rows: dict[str, Rows], comparison: Rows, options: Opt
     runs = ", ".join(s.run for s in report.scopes)
     page = html.Page(f"fastcoord report: {runs}")
     page.problems(report.problems)
+    measured = {r["run"] for r in rows["latency_phases"]}
+    several = len(report.scopes) > 1
     for scope in report.scopes:
+        if scope.run not in measured:
+            continue  # nothing of it could be read: "Inputs left out" says why
         figures = headline_figures(scope, rows)
         judged = verdict(scope, figures)
         window = figures["window"]
+        where = (
+            f"the {window.phase} window, seconds {window.first_s}-{window.last_s} ({window.source})"
+        )
         page.verdict(
             judged["passed"],
             f"{scope.run}: {'passed' if judged['passed'] else 'failed'}; headline figures of "
-            f"the {window.phase} window, seconds {window.first_s}-{window.last_s} "
-            f"({window.source})",
+            + where,
             judged["failures"] + scope.notes,
         )
-        page.figures(_cards(scope, figures))
+        page.figures(_cards(scope, figures), f"{scope.run}: {where}" if several else None)
     if comparison:
         page.section("Runs compared (ratio: against the first)", html.table(comparison))
     page.section(

@@ -264,6 +264,8 @@ def _offsets(
         return
     parts = []
     for scope in report.scopes:
+        if scope.summary is None:
+            continue  # which groups were its, it does not say
         pattern = re.compile(scope.group_pattern) if scope.group_pattern else None
         mine = [r for r in final.to_pylist() if pattern is None or pattern.match(r["group_id"])]
         parts += [{"run": scope.run, **r} for r in mine]
@@ -286,13 +288,16 @@ def _arrow(rows: list[dict[str, Any]]) -> pa.Table:
 
 
 def _comparison(scopes: list[Scope], rows: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The runs side by side: those with figures (a run left out whole has none)."""
+    measured = {r["run"] for r in rows["latency_phases"]}
+    scopes = [s for s in scopes if s.run in measured]
     if len(scopes) < 2:
         return []
     headlines = {s.run: headline(s).phase for s in scopes}
     return compare.figures(
         [s.run for s in scopes],
         [r for r in rows["latency_phases"] if headlines.get(r["run"]) == r["phase"]],
-        rows["errors_by_api"],
+        [r for r in rows["errors_by_api"] if r["run"] in headlines],
         [r for r in rows["rebalance_sizes_client"] if not r["formation"]],
     )
 
@@ -319,7 +324,10 @@ def _summary(
     out = Console()
     if not out.is_terminal:  # a log or a pipe: wide enough that no column is cut
         out = Console(width=160)
+    measured = {r["run"] for r in rows["latency_phases"]}
     for scope in report.scopes:
+        if scope.run not in measured:
+            continue
         window = headline(scope)
         table = Table(
             title=f"{scope.run}: {window.phase}, seconds {window.first_s}-{window.last_s} "
@@ -350,7 +358,7 @@ def _summary(
             table.add_row(*(html.cell(row[c]) for c in columns))
         out.print(table)
     if comparison:
-        runs = [s.run for s in report.scopes]
+        runs = [s.run for s in report.scopes if any(s.run in r for r in comparison)]
         compared = Table(title="runs compared")
         columns = ["figure", *runs, *(f"ratio {r}" for r in runs[1:])]
         for column in columns:
