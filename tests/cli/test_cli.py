@@ -76,9 +76,12 @@ def test_report_takes_event_logs_repeated_and_separated_by_commas(
         (tmp_path / log).mkdir(parents=True)
     calls: list[tuple[Any, ...]] = []
 
-    def make_report(*args: Any) -> Any:
+    options: list[Any] = []
+
+    def make_report(*args: Any, **kw: Any) -> Any:
         calls.append(args)
-        return SimpleNamespace(tables={"latency_run": Path("x")})
+        options.append(kw.get("options"))
+        return SimpleNamespace(tables={"latency_phases": Path("x")})
 
     monkeypatch.setattr(report, "make_report", make_report)
     argv = ["report", "run", "--events", "data/node-0/events,data/node-1/events"]
@@ -91,3 +94,21 @@ def test_report_takes_event_logs_repeated_and_separated_by_commas(
         [Path("data/events")],
         None,
     ]
+    assert [(o.window, o.formation, o.top) for o in options] == [(None, False, 20)] * 3
+    assert cli.main(["report", "run", "--window", "30:290.5", "--formation", "--top", "5"]) == 0
+    assert (options[-1].window, options[-1].formation, options[-1].top) == ((30.0, 290.5), True, 5)
+    assert cli.main(["report", "run", "--window", "30:"]) == 0
+    assert options[-1].window == (30.0, None)
+
+
+@pytest.mark.parametrize("window", ["30", "a:b", "40:30", "-1:5", "5:5"])
+def test_report_refuses_a_window_that_is_not_from_to(
+    window: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fastcoord import cli
+
+    assert cli.main(["report", "run", f"--window={window}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fastcoord report: --window {window!r}: expected FROM:TO") and (
+        err.count("\n") == 1
+    )

@@ -89,7 +89,7 @@ CASES: list[tuple[list[str], list[str]]] = [
         ["notes"],
         [
             "notes is not a load test's results (no summary.json, no latency, "
-            f"rebalances, errors or states directory in it): give {LOADTEST_OUT}"
+            f"rebalances, errors, states or server directory in it): give {LOADTEST_OUT}"
         ],
     ),
     (
