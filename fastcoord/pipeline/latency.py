@@ -115,13 +115,15 @@ def series(latency: DataFrame, lengths: DataFrame, step_s: int) -> DataFrame:
 
 def by_phase(latency: DataFrame, windows: DataFrame) -> DataFrame:
     """run, phase, api, seconds, then percentiles() over the phase's seconds and
-    requests_per_s. `windows`: run, phase, first_s, last_s, seconds (scope.Window's)."""
+    requests_per_s. `windows`: run, phase, first_s, last_s, seconds (scope.Window's; a
+    phase of several spans, such as the steady phase outside the faults, a row each)."""
     rows = latency.join(F.broadcast(windows), "run").where(
         F.col("elapsed_s").between(F.col("first_s"), F.col("last_s"))
     )
+    seconds = windows.groupBy("run", "phase").agg(F.sum("seconds").alias("seconds"))
     return (
         percentiles(rows, ["run", "phase", "api"])
-        .join(F.broadcast(windows.select("run", "phase", "seconds")), ["run", "phase"])
+        .join(F.broadcast(seconds), ["run", "phase"])
         .withColumn(
             "requests_per_s",
             F.when(F.col("seconds") > 0, F.col("count") / F.col("seconds")),

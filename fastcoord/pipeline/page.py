@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from fastcoord.loadtest.results import STATES
 from fastcoord.loadtest.summary import WHOLE_RUN, Thresholds, judge
 from fastcoord.pipeline import html
-from fastcoord.pipeline.scope import Scope, headline
+from fastcoord.pipeline.scope import CALM, Scope, headline
 
 if TYPE_CHECKING:
     from fastcoord.pipeline.report import Options, Report
@@ -75,6 +75,9 @@ def headline_figures(scope: Scope, rows: dict[str, Rows]) -> dict[str, Any]:
         "server_cores": sum(r["cores"] for r in usage if r["cores"] is not None) if usage else None,
         "server_peak_rss_bytes": sum(r["peak_rss_bytes"] or 0 for r in usage) if usage else None,
         "p99_by_api": {r["api"]: r["p99_ms"] for r in latency},
+        "calm": _one(_of(rows["latency_phases"], run=run, phase=CALM), api=heartbeat_api(scope))
+        if scope.calm and window.phase == "steady"
+        else None,
     }
 
 
@@ -120,6 +123,17 @@ def _cards(scope: Scope, f: dict[str, Any]) -> list[html.Figure]:
                 note=where,
             )
             for name, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p99_9_ms", "p99.9"))
+        ),
+        *(
+            html.Figure(
+                f"{run}.calm_heartbeat_{name}",
+                f"{f['heartbeat_api']} {label} outside the faults",
+                f["calm"].get(name),
+                unit="ms",
+                note=f"steady, {sum(w.seconds for w in scope.calm)} s untouched by a fault",
+            )
+            for name, label in (("p99_ms", "p99"),)
+            if f["calm"] is not None
         ),
         html.Figure(
             f"{run}.error_rate",
@@ -202,6 +216,22 @@ def _label(name: str, run: str, runs: int) -> str:
     return f"{name} ({run})" if runs > 1 else name
 
 
+def _steps(scope: Scope, step: int) -> range:
+    """The points of a run's time charts: the last second of each step."""
+    last = scope.windows["run"].last_s
+    return range(step, -(-last // step) * step + 1, step)
+
+
+def _counts(
+    rows: Rows, y: str, name: str, steps: range, per_second: bool = False
+) -> dict[str, Any]:
+    """A series of counts per step (per second of the step if `per_second`: the last step
+    of a run may be short), with 0 where no row was (nothing counted there): a line drawn
+    between two distant counts would show counts that were never there."""
+    by = {r["t"]: r[y] / (r.get("seconds") or steps.step) if per_second else r[y] for r in rows}
+    return {"name": name, "x": list(steps), "y": [by.get(t, 0) for t in steps]}
+
+
 def time_charts(report: Report, rows: dict[str, Rows]) -> list[dict[str, Any]]:
     """Every chart over the run's time, on one time axis."""
     scopes = report.scopes
@@ -211,17 +241,28 @@ def time_charts(report: Report, rows: dict[str, Rows]) -> list[dict[str, Any]]:
     per = f"per second ({step}-second steps)" if step > 1 else "per second"
     series = rows["latency_series"]
     volume: dict[str, int] = defaultdict(int)
+    points: dict[str, set[int]] = defaultdict(set)
     for r in series:
         volume[r["api"]] += r["count"]
+        points[r["api"]].add(r["t"])
     apis = sorted(volume, key=lambda api: (-volume[api], api))
+    longest = max((len(_steps(s, step)) for s in scopes), default=1)
+    # An API answered through most of a run (heartbeats, commits) has a chart of its own;
+    # those of the join and the leave (bursts) share one.
+    steady = [api for api in apis if len(points[api]) * 2 >= longest]
+    bursts = [api for api in apis if api not in steady and len(points[api]) >= 2]
     charts = [
         _time_chart(
             "requests",
             f"Requests {per}, by API",
             "requests/s",
             (
-                _series(
-                    _of(series, run=s.run, api=api), "t", "requests_per_s", _label(api, s.run, n)
+                _counts(
+                    _of(series, run=s.run, api=api),
+                    "count",
+                    _label(api, s.run, n),
+                    _steps(s, step),
+                    per_second=True,
                 )
                 for s in scopes
                 for api in apis
@@ -229,9 +270,7 @@ def time_charts(report: Report, rows: dict[str, Rows]) -> list[dict[str, Any]]:
             bands,
         )
     ]
-    for api in apis:
-        if len({r["t"] for r in series if r["api"] == api}) < 2:
-            continue  # a request or two (Metadata, LeaveGroup): its figures are in the tables
+    for api in steady:
         charts.append(
             _time_chart(
                 f"latency-{api.lower()}",
@@ -244,6 +283,22 @@ def time_charts(report: Report, rows: dict[str, Rows]) -> list[dict[str, Any]]:
                 ),
                 bands,
                 log=True,
+            )
+        )
+    if bursts:
+        charts.append(
+            _time_chart(
+                "latency-bursts",
+                f"{', '.join(bursts)} latency: p99 (ms)",
+                "ms",
+                (
+                    _series(_of(series, run=s.run, api=api), "t", "p99_ms", _label(api, s.run, n))
+                    for s in scopes
+                    for api in bursts
+                ),
+                bands,
+                log=True,
+                note="the APIs of the join and the leave, which come in bursts",
             )
         )
     for i, s in enumerate(scopes):
@@ -267,11 +322,11 @@ def time_charts(report: Report, rows: dict[str, Rows]) -> list[dict[str, Any]]:
             "Rebalances in progress (groups), as the members saw them",
             "groups",
             (
-                _series(
+                _counts(
                     _of(rows["rebalances_over_time"], run=s.run),
-                    "t",
                     "rebalancing",
                     _label("in progress", s.run, n),
+                    _steps(s, step),
                 )
                 for s in scopes
             ),
@@ -279,25 +334,30 @@ def time_charts(report: Report, rows: dict[str, Rows]) -> list[dict[str, Any]]:
             kind="step",
         )
     )
-    troubles = []
-    for s in scopes:
-        for api in apis:
-            mine = _of(series, run=s.run, api=api)
-            for what in ("errors", "signals"):
+    notes = {
+        "errors": "answers that say something went wrong",
+        "signals": "MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS, STALE_MEMBER_EPOCH: answers that "
+        "tell a member what to do next, not errors",
+    }
+    for what in ("errors", "signals"):
+        counted = []
+        for s in scopes:
+            for api in apis:
+                mine = _of(series, run=s.run, api=api)
                 if any(r[what] for r in mine):
-                    per_s = [{"t": r["t"], "v": r[what] / r["seconds"]} for r in mine]
-                    troubles.append(_series(per_s, "t", "v", _label(f"{api} {what}", s.run, n)))
-    charts.append(
-        _time_chart(
-            "errors",
-            f"Errors and signals {per}, by API",
-            "answers/s",
-            troubles,
-            bands,
-            note="signals (MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS, STALE_MEMBER_EPOCH) tell "
-            "a member what to do next; they are not errors",
+                    counted.append(
+                        _counts(mine, what, _label(api, s.run, n), _steps(s, step), True)
+                    )
+        charts.append(
+            _time_chart(
+                what,
+                f"{what.capitalize()} {per}, by API",
+                "answers/s",
+                counted,
+                bands,
+                note=notes[what],
+            )
         )
-    )
     usage = rows["server_series"]
     if usage:
         nodes = sorted({r["node"] for r in usage})
@@ -337,11 +397,12 @@ def time_charts(report: Report, rows: dict[str, Rows]) -> list[dict[str, Any]]:
                 f"Members joined, left and expired {per}, as the server logged them",
                 "members/s",
                 (
-                    _series(
-                        [{"t": r["t"], "v": r[kind] / step} for r in _of(changes, run=s.run)],
-                        "t",
-                        "v",
+                    _counts(
+                        _of(changes, run=s.run),
+                        kind,
                         _label(kind, s.run, n),
+                        _steps(s, step),
+                        per_second=True,
                     )
                     for s in scopes
                     for kind in ("joined", "left", "expired", "removed")
@@ -416,20 +477,37 @@ def _phase_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
     return (r["run"], PHASE_ORDER.get(r["phase"], 9), r.get("api", ""))
 
 
-def _faults(scope: Scope) -> Rows:
+def _faults(scope: Scope, several: bool) -> Rows:
+    """Each fault of a run, its window and what it injected, and per API it touched the
+    load test's p99 and requests per second inside the window beside those outside every
+    fault's window."""
     out = []
     for fault in (scope.summary or {}).get("faults") or []:
         window = fault.get("window") or {}
-        out.append(
-            {
-                "run": scope.run,
-                "fault": fault.get("description"),
-                "from_s": window["start_ms"] / 1000 if window else None,
-                "to_s": window["end_ms"] / 1000 if window else None,
-                "injected": fault.get("injected"),
-                "error": fault.get("apply_error") or fault.get("end_error"),
-            }
-        )
+        head = {
+            **({"run": scope.run} if several else {}),
+            "fault": fault.get("description"),
+            "window_s": f"{window['start_ms'] / 1000:.1f}-{window['end_ms'] / 1000:.1f}"
+            if window
+            else fault.get("apply_error") or "not added",
+            "injected": fault.get("injected"),
+        }
+        effects = (fault.get("effect") or {}).items()
+        if not effects:
+            out.append(head)
+        for api, where in effects:
+            inside, outside = where.get("window") or {}, where.get("outside") or {}
+            out.append(
+                {
+                    **head,
+                    "api": api,
+                    "p99 ms in": inside.get("p99_ms"),
+                    "p99 ms out": outside.get("p99_ms"),
+                    "req/s in": inside.get("requests_per_s"),
+                    "req/s out": outside.get("requests_per_s"),
+                    "errors in": sum((inside.get("errors") or {}).values()),
+                }
+            )
     return out
 
 
@@ -482,9 +560,15 @@ def render(report: Report, rows: dict[str, Rows], comparison: Rows, options: Opt
             LATENCY_COLUMNS,
         ),
     )
-    faults = [f for s in report.scopes for f in _faults(s)]
+    faults = [f for s in report.scopes for f in _faults(s, several)]
     if faults:
-        page.section("Faults", html.table(faults))
+        page.section(
+            "Faults",
+            html.table(faults, list(dict.fromkeys(k for f in faults for k in f)))
+            + "<p>In: the seconds of the fault's window; out: the run's seconds outside "
+            "every fault's window (the load test's figures). A fault ends after its duration, "
+            "or with the run.</p>",
+        )
     page.section(
         "Over time",
         "".join(page.chart(spec) for spec in time_charts(report, rows)),

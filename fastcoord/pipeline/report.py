@@ -96,7 +96,7 @@ def _computations(
         [
             (s.run, w.phase, w.first_s, w.last_s, w.seconds, w.source)
             for s in scopes
-            for w in s.windows.values()
+            for w in [*s.windows.values(), *s.calm]
         ],
         "run string, phase string, first_s int, last_s int, seconds int, source string",
     )
@@ -302,25 +302,12 @@ def _comparison(scopes: list[Scope], rows: dict[str, list[dict[str, Any]]]) -> l
     )
 
 
-LATENCY_COLUMNS = [
-    "run",
-    "phase",
-    "api",
-    "count",
-    "requests_per_s",
-    "errors",
-    "signals",
-    "p50_ms",
-    "p99_ms",
-    "p99_9_ms",
-    "max_ms",
-]
-
-
 def _summary(
     report: Report, rows: dict[str, list[dict[str, Any]]], comparison: list[dict[str, Any]]
 ) -> None:
     """The terminal's summary: each run's headline window, per API."""
+    from fastcoord.pipeline.page import LATENCY_COLUMNS
+
     out = Console()
     if not out.is_terminal:  # a log or a pipe: wide enough that no column is cut
         out = Console(width=160)
@@ -333,7 +320,7 @@ def _summary(
             title=f"{scope.run}: {window.phase}, seconds {window.first_s}-{window.last_s} "
             f"({window.source}) (ms, from merged histograms)"
         )
-        columns = [c for c in LATENCY_COLUMNS if c not in ("run", "phase")]
+        columns = [c for c in LATENCY_COLUMNS if c not in ("run", "phase", "error_rate")]
         for column in columns:
             table.add_column(column, justify="left" if column == "api" else "right")
         for row in sorted(
@@ -357,6 +344,14 @@ def _summary(
         for row in sizes:
             table.add_row(*(html.cell(row[c]) for c in columns))
         out.print(table)
+    if len({r["node_id"] for r in rows["events_by_node"]}) > 1:  # a cluster's logs
+        by_node = Table(title="the event log, node by node")
+        columns = ["run", "node_id", "events", "groups", "rebalances", "commits"]
+        for column in columns:
+            by_node.add_column(column, justify="left" if column == "run" else "right")
+        for row in rows["events_by_node"]:
+            by_node.add_row(*(html.cell(row[c]) for c in columns))
+        out.print(by_node)
     if comparison:
         runs = [s.run for s in report.scopes if any(s.run in r for r in comparison)]
         compared = Table(title="runs compared")

@@ -21,6 +21,7 @@ from typing import Any
 
 PHASES = ("joining", "steady", "leaving")
 WHOLE = "run"  # the whole run, as a phase
+CALM = "calm"  # the steady phase outside every fault's window: spans of seconds
 # Server events stamped this long before a run's start or after its end still count as
 # its own: the server's clock stamps them, the load test's the run.
 MARGIN_MS = 2_000
@@ -61,6 +62,7 @@ class Scope:
     run: str
     summary: dict[str, Any] | None
     windows: dict[str, Window] = field(default_factory=dict)  # phase -> its seconds
+    calm: list[Window] = field(default_factory=list)  # with faults: steady outside them
     faults: list[Band] = field(default_factory=list)
     start_ms: int | None = None  # the run's wall clock, from its summary
     end_ms: int | None = None
@@ -153,8 +155,31 @@ def scope_of(
             scope.faults.append(
                 Band(span["start_ms"] / 1000, span["end_ms"] / 1000, label, "fault")
             )
+    steady = scope.windows.get("steady")
+    if steady is not None and scope.faults:
+        scope.calm = calm(steady, scope.faults)
     scope.group_pattern, scope.start_ms, scope.end_ms = event_bounds(summary)
     return scope
+
+
+def calm(steady: Window, faults: list[Band]) -> list[Window]:
+    """The seconds of `steady` that no fault's window touches at all (an edge of a window
+    would leak into the figures without it), as spans."""
+    touched = {
+        s
+        for f in faults
+        for s in range(max(1, math.floor(f.start_s) + 1), math.ceil(f.end_s) + 1)
+        if f.end_s > f.start_s
+    }
+    spans: list[Window] = []
+    for second in range(steady.first_s, steady.last_s + 1):
+        if second in touched:
+            continue
+        if spans and spans[-1].last_s == second - 1:
+            spans[-1] = Window(CALM, spans[-1].first_s, second, steady.source)
+        else:
+            spans.append(Window(CALM, second, second, steady.source))
+    return spans
 
 
 def event_bounds(summary: dict[str, Any] | None) -> tuple[str | None, int | None, int | None]:

@@ -9,8 +9,6 @@ import io
 import itertools
 import json
 import re
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -25,8 +23,9 @@ from fastcoord.loadtest.histogram import Histogram
 from fastcoord.loadtest.summary import SIGNALS
 from fastcoord.pipeline.report import Options, Report, make_report
 from fastcoord.protocol.errors import error_name
-from fastcoord.testing import child_env, fastcoord_server
+from fastcoord.testing import fastcoord_server
 from fastcoord.testing_browser import dump_dom, parse
+from tests.interop.test_loadtest import loadtest as run_loadtest
 
 from .generated import latency_run, other_tables
 
@@ -50,26 +49,8 @@ def table(report: Report, name: str) -> list[dict[str, Any]]:
 
 
 def loadtest(bootstrap: str, out: Path, *args: str) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fastcoord",
-            "loadtest",
-            "--bootstrap",
-            bootstrap,
-            "--out",
-            str(out),
-            "--heartbeat-interval-ms",
-            "300",
-            "--session-timeout-ms",
-            "3000",
-            *args,
-        ],
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = run_loadtest(
+        bootstrap, out, "--heartbeat-interval-ms", "300", "--session-timeout-ms", "3000", *args
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
