@@ -195,13 +195,24 @@ def test_phase_boundaries_come_from_the_members_states(reported: dict[str, Any])
 def test_the_headline_figures_are_the_steady_windows(reported: dict[str, Any]) -> None:
     run, report = reported["run"], reported["report"]
     latency = run_table(run, "latency")
+    spans: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for r in rows_of(report, "phases", "run"):
+        spans[r["phase"]].append((r["first_s"], r["last_s"]))
     phases = {r["phase"]: r for r in rows_of(report, "phases", "run")}
     steady = phases["steady"]
+    # The steady seconds outside the fault's window, in two spans: before it and after.
+    fault = json.loads((run / "summary.json").read_text())["faults"][0]["window"]
+    assert spans["calm"] == [
+        (steady["first_s"], fault["start_ms"] // 1000),
+        (-(-fault["end_ms"] // 1000) + 1, steady["last_s"]),
+    ]
     got = {(r["phase"], r["api"]): r for r in rows_of(report, "latency_phases", "run")}
     for (phase, api), row in got.items():
-        window = phases[phase]
-        want = merged(latency, api, window["first_s"], window["last_s"])
+        want = Histogram()
+        for first, last in spans[phase]:
+            want.merge(merged(latency, api, first, last))
         assert row["count"] == want.count
+        assert row["seconds"] == sum(last - first + 1 for first, last in spans[phase])
         for name, q in (("p50_ms", 50), ("p99_ms", 99), ("p99_9_ms", 99.9)):
             assert row[name] == pytest.approx(want.percentile_ms(q), abs=1e-9), (phase, api)
     figures = page_figures(reported["dom"])
@@ -210,6 +221,12 @@ def test_the_headline_figures_are_the_steady_windows(reported: dict[str, Any]) -
         assert float(figures[f"run.heartbeat_{name}"]) == pytest.approx(
             heartbeats.percentile_ms(q), abs=1e-6
         )
+    calm = Histogram()
+    for first, last in spans["calm"]:
+        calm.merge(merged(latency, "Heartbeat", first, last))
+    assert float(figures["run.calm_heartbeat_p99_ms"]) == pytest.approx(
+        calm.percentile_ms(99), abs=1e-6
+    )
     # The whole run's p99 of Heartbeat is no headline: the join is in it.
     whole = merged(latency, "Heartbeat", 1, phases["run"]["last_s"])
     assert whole.count > heartbeats.count
