@@ -52,7 +52,7 @@ def headline_figures(scope: Scope, rows: dict[str, Rows]) -> dict[str, Any]:
     requests = sum(r["count"] for r in whole)
     errors = sum(r["errors"] for r in whole)
     states = _of(rows["member_states"], run=run)
-    later = _of(rows["rebalances_client_sizes_all"], run=run, formation=False)
+    later = _of(rows["rebalance_sizes_client"], run=run, formation=False)
     usage = _of(rows["server_phases"], run=run, phase=window.phase)
     target = scope.config("members")
     return {
@@ -68,9 +68,7 @@ def headline_figures(scope: Scope, rows: dict[str, Rows]) -> dict[str, Any]:
         "signals": sum(r["signals"] for r in whole),
         "error_rate": errors / requests if requests else None,
         "rebalances": sum(r["rebalances"] for r in later),
-        "formations": sum(
-            r["rebalances"] for r in _of(rows["rebalances_client_sizes_all"], run=run)
-        )
+        "formations": sum(r["rebalances"] for r in _of(rows["rebalance_sizes_client"], run=run))
         - sum(r["rebalances"] for r in later),
         "server_cores": sum(r["cores"] for r in usage if r["cores"] is not None) if usage else None,
         "server_peak_rss_bytes": sum(r["peak_rss_bytes"] or 0 for r in usage) if usage else None,
@@ -524,8 +522,6 @@ def _long(
 
 
 def render(report: Report, rows: dict[str, Rows], comparison: Rows, options: Options) -> str:
-    rows = dict(rows)
-    rows["rebalances_client_sizes_all"] = rows["rebalance_sizes_client"]
     runs = ", ".join(s.run for s in report.scopes)
     page = html.Page(f"fastcoord report: {runs}")
     page.problems(report.problems)

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from fastcoord.loadtest.faults import touched
+
 PHASES = ("joining", "steady", "leaving")
 WHOLE = "run"  # the whole run, as a phase
 CALM = "calm"  # the steady phase outside every fault's window: spans of seconds
@@ -164,16 +166,16 @@ def scope_of(
 
 def calm(steady: Window, faults: list[Band]) -> list[Window]:
     """The seconds of `steady` that no fault's window touches at all (an edge of a window
-    would leak into the figures without it), as spans."""
-    touched = {
+    would leak into the figures without it), as spans: the load test's rule for the
+    seconds outside its faults."""
+    hit = {
         s
         for f in faults
-        for s in range(max(1, math.floor(f.start_s) + 1), math.ceil(f.end_s) + 1)
-        if f.end_s > f.start_s
+        for s in touched(round(f.start_s * 1000), round(f.end_s * 1000), steady.last_s)
     }
     spans: list[Window] = []
     for second in range(steady.first_s, steady.last_s + 1):
-        if second in touched:
+        if second in hit:
             continue
         if spans and spans[-1].last_s == second - 1:
             spans[-1] = Window(CALM, spans[-1].first_s, second, steady.source)

@@ -54,21 +54,27 @@ def test_the_sampler_reads_a_real_servers_cpu_and_memory(server: ServerProcess) 
     assert all(s[4] > 10_000_000 for s in samples)  # a Python process's resident memory
 
 
-def test_sigterm_ends_a_run_as_ctrl_c_does(server: ServerProcess, tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    command = loadtest_command(
-        server.bootstrap,
-        out,
-        *("--members", "10", "--groups", "2", "--duration", "60", "--admin", server.admin),
-        *FAST,
-    )
-    run = subprocess.Popen(
-        command,
+def start(
+    server: ServerProcess, out: Path, args: tuple[str, ...], output: int
+) -> subprocess.Popen[str]:
+    """A load test in a process group of its own (its workers with it), left running."""
+    return subprocess.Popen(
+        loadtest_command(server.bootstrap, out, *args, *FAST),
         env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=output,
+        stderr=output,
         text=True,
         start_new_session=True,
+    )
+
+
+def test_sigterm_ends_a_run_as_ctrl_c_does(server: ServerProcess, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run = start(
+        server,
+        out,
+        ("--members", "10", "--groups", "2", "--duration", "60", "--admin", server.admin),
+        subprocess.PIPE,
     )
     try:
         wait_for_apis(out, {"Heartbeat"})
@@ -143,18 +149,8 @@ def alive(pid: int) -> bool:
 
 def test_workers_end_when_their_parent_is_killed(server: ServerProcess, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    command = loadtest_command(
-        server.bootstrap,
-        out,
-        *("--members", "10", "--processes", "2", "--duration", "60"),
-        *FAST,
-    )
-    run = subprocess.Popen(
-        command,
-        env=child_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    run = start(
+        server, out, ("--members", "10", "--processes", "2", "--duration", "60"), subprocess.DEVNULL
     )
     try:
         wait_for_apis(out, {"Heartbeat"})
