@@ -206,13 +206,23 @@ def _loadtest(args: argparse.Namespace) -> int:
     from fastcoord.loadtest.run import Options, run
 
     out = args.out or f"loadtest-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.master is None and (args.workers is not None or args.conf):
+        args.parser.error("--workers and --conf need --master (without it, use --processes)")
+    if args.master is not None and args.processes != 1:
+        args.parser.error("--processes is for a run on this machine: with --master, --workers")
+    conf = {}
+    for setting in args.conf:
+        key, eq, value = setting.partition("=")
+        if not eq or not key.strip():
+            args.parser.error(f"--conf {setting!r}: expected KEY=VALUE")
+        conf[key.strip()] = value.strip()
     options = Options(
         bootstrap=args.bootstrap,
         scenario=args.scenario,
         members=args.members,
         groups=args.groups,
         members_per_connection=args.members_per_connection,
-        processes=args.processes,
+        processes=args.workers or 1 if args.master is not None else args.processes,
         duration_s=args.duration,
         heartbeat_interval_ms=args.heartbeat_interval_ms,
         session_timeout_ms=args.session_timeout_ms,
@@ -234,6 +244,8 @@ def _loadtest(args: argparse.Namespace) -> int:
         admin=args.admin,
         group_protocol=args.group_protocol,
         warmup_s=args.warmup,
+        master=args.master,
+        spark_conf=conf,
     )
     return run(options)
 
@@ -307,6 +319,28 @@ def _add_loadtest(sub: Any) -> None:
         default=1,
         metavar="N",
         help="worker processes, each with its own open-file limit",
+    )
+    p.add_argument(
+        "--master",
+        default=None,
+        metavar="URL",
+        help="run the workers as the tasks of a Spark barrier stage on this master "
+        "(local[N], spark://HOST:7077, ...) rather than as --processes",
+    )
+    p.add_argument(
+        "--workers",
+        type=pos_int,
+        default=None,
+        metavar="W",
+        help="with --master: the workers (Spark tasks started together), each with its own "
+        "process, open-file limit and share of the members (default 1)",
+    )
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --master: a Spark setting (spark.task.cpus=2, ...), as spark-submit takes it",
     )
     p.add_argument(
         "--duration",
@@ -437,7 +471,7 @@ def _add_loadtest(sub: Any) -> None:
         "are sampled every second, and --faults go through it; a cluster's: every node's, "
         "comma-separated (each fault goes to every node)",
     )
-    p.set_defaults(func=_loadtest)
+    p.set_defaults(func=_loadtest, parser=p)
 
 
 REPORT_HELP = """\

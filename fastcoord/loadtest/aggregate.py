@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,11 +168,19 @@ class Aggregator:
         config: dict[str, object],
         workers: int,
         thresholds: Thresholds,
+        *,
+        worker: int | None = None,
+        tables: Collection[str] = tuple(results.SCHEMAS),
     ) -> None:
         self.config = config
         self.workers = workers
         self.thresholds = thresholds
-        self.results = Results(out) if out is not None else None
+        # A distributed run's worker writes its own part files (results.Results), and its
+        # driver only the tables no worker writes (`tables`: the server's).
+        self.results = Results(out, worker) if out is not None else None
+        self.tables = frozenset(tables)
+        self.rows_elsewhere: Counter[str] = Counter()  # rows the workers wrote themselves
+        self.sections: dict[str, Any] = {}  # summary.json's sections the caller keeps
         self.totals = Totals()
         self.per_second = PerSecond()  # the phases' and the faults' figures
         self.server: ServerFigures | None = None  # with --admin
@@ -183,6 +191,7 @@ class Aggregator:
         self._newest = 0
         self._last: _Merged | None = None
         self._rows: dict[str, list[Any]] = {name: [] for name in results.SCHEMAS}
+        self._row_workers: dict[str, list[int]] = {"errors": [], "rebalances": []}
         self._created_ms = time.time_ns() // 1_000_000
         self._start_known = False
 
@@ -217,6 +226,9 @@ class Aggregator:
         if s.rebalances:  # a join storm brings one row per member at once
             t.rebalances.add_ns(np.array([r[5] - r[4] for r in s.rebalances]) * 1_000_000)
             t.unexpected_rebalances += sum(not r[7] for r in s.rebalances)
+        if s.rebalanced is not None:  # a slim second's
+            t.rebalances.merge(s.rebalanced.histogram())
+            t.unexpected_rebalances += s.rebalanced.unexpected
         t.unexpected_expirations += s.unexpected_expirations
         t.commits += s.commits
         t.offsets += s.offsets
@@ -244,8 +256,10 @@ class Aggregator:
         for group, address in s.groups.items():
             t.coordinated(group, address)
         if self.results is not None:
-            self._rows["errors"] += s.error_rows
-            self._rows["rebalances"] += s.rebalances
+            for name, rows in (("errors", s.error_rows), ("rebalances", s.rebalances)):
+                if rows and name in self.tables:
+                    self._rows[name] += rows
+                    self._row_workers[name] += [s.worker] * len(rows)
 
     def _write_second(self, elapsed_s: int) -> None:
         m = _merge(elapsed_s, self._pending.pop(elapsed_s))
@@ -258,7 +272,7 @@ class Aggregator:
             node.peak_connections = max(node.peak_connections, merged.connections)
         if self._last is None or elapsed_s > self._last.elapsed_s:
             self._last = m
-        if self.results is None:
+        if self.results is None or "latency" not in self.tables:
             return
         for api_key, h in sorted(m.latency.items()):
             buckets, counts = h.nonzero()
@@ -298,7 +312,7 @@ class Aggregator:
             self.watch_server(list(failed))
         assert self.server is not None
         self.server.add(samples, failed)
-        if self.results is not None:
+        if self.results is not None and "server" in self.tables:
             self._rows["server"] += samples
 
     def stopped(self, stop_s: float) -> None:
@@ -378,7 +392,7 @@ class Aggregator:
         self, complete: bool = False, outcome: str = "running", message: str | None = None
     ) -> dict[str, Any]:
         found = self.phases()
-        return summarize(
+        summary = summarize(
             self.totals,
             config=self.config,
             workers=self.workers,
@@ -387,11 +401,12 @@ class Aggregator:
             outcome=outcome,
             message=message,
             now_ms=time.time_ns() // 1_000_000,
-            tables=dict(self.results.rows) if self.results else {},
+            tables=dict(Counter(self.results.rows if self.results else {}) + self.rows_elsewhere),
             per_second=self.per_second,
             phases=found,
             server=self.server.section(found.steady) if self.server is not None else None,
         )
+        return {**summary, **self.sections}
 
     def flush(self) -> None:
         """Write the merged seconds and event rows gathered since the last flush as one part
@@ -414,10 +429,13 @@ class Aggregator:
 
     def _flush_tables(self) -> None:
         rows, self._rows = self._rows, {name: [] for name in results.SCHEMAS}
+        workers, self._row_workers = self._row_workers, {"errors": [], "rebalances": []}
         if self.results is None:
             return
         self.results.append("latency", results.latency_rows(rows["latency"]))
         self.results.append("states", results.states_rows(rows["states"]))
-        self.results.append("errors", results.error_table(rows["errors"]))
-        self.results.append("rebalances", results.rebalance_table(rows["rebalances"]))
+        self.results.append("errors", results.error_table(rows["errors"], workers["errors"]))
+        self.results.append(
+            "rebalances", results.rebalance_table(rows["rebalances"], workers["rebalances"])
+        )
         self.results.append("server", results.server_table(rows["server"]))

@@ -40,6 +40,9 @@ SIGNALS = frozenset(
 )
 
 TIME = pa.timestamp("ms", tz="UTC")
+# The worker that measured a row; empty where a row merges every worker's (the latency and
+# states rows of a run of --processes) or is no worker's (the server's).
+WORKER = ("worker", pa.int32())
 
 LATENCY = pa.schema(
     [
@@ -53,6 +56,7 @@ LATENCY = pa.schema(
         ("counts", pa.list_(pa.int64())),
         ("sum_us", pa.int64()),
         ("max_us", pa.int64()),
+        WORKER,
     ]
 )
 REBALANCES = pa.schema(
@@ -66,6 +70,7 @@ REBALANCES = pa.schema(
         ("generation", pa.int32()),
         ("reason", pa.string()),
         ("expected", pa.bool_()),
+        WORKER,
     ]
 )
 ERRORS = pa.schema(
@@ -77,6 +82,7 @@ ERRORS = pa.schema(
         ("group", pa.string()),
         ("member", pa.string()),
         ("signal", pa.bool_()),
+        WORKER,
     ]
 )
 STATES_SCHEMA = pa.schema(
@@ -87,6 +93,7 @@ STATES_SCHEMA = pa.schema(
         ("connections", pa.int64()),
         ("requests", pa.int64()),
         ("cpu_s", pa.float64()),
+        WORKER,
     ]
 )
 # The server's own figures, read from its admin port's /metrics (one row per sample).
@@ -97,6 +104,7 @@ SERVER = pa.schema(
         ("node", pa.string()),  # the admin port asked, HOST:PORT
         ("cpu_s", pa.float64()),  # cumulative, as the server reported it
         ("rss_bytes", pa.int64()),
+        WORKER,
     ]
 )
 SCHEMAS = {
@@ -108,6 +116,7 @@ SCHEMAS = {
 }
 SUMMARY = "summary.json"
 PART = "part-{:05d}.parquet"
+WORKER_PART = "part-w{:04d}-{:05d}.parquet"  # a distributed run's worker's own part files
 
 
 def replace_atomically(path: Path, write: Any) -> None:
@@ -128,8 +137,11 @@ def latency_rows(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=LATENCY)
 
 
-def error_table(rows: Sequence[tuple[int, int, int, str, str]]) -> pa.Table:
-    """The errors table from the workers' rows (wall_ms, api_key, code, group, member)."""
+def error_table(
+    rows: Sequence[tuple[int, int, int, str, str]], workers: Sequence[int] | None = None
+) -> pa.Table:
+    """The errors table from the workers' rows (wall_ms, api_key, code, group, member), and
+    the worker of each."""
     return pa.table(
         {
             "time": [r[0] for r in rows],
@@ -139,6 +151,7 @@ def error_table(rows: Sequence[tuple[int, int, int, str, str]]) -> pa.Table:
             "group": [r[3] for r in rows],
             "member": [r[4] for r in rows],
             "signal": [r[2] in SIGNALS for r in rows],
+            "worker": workers if workers is not None else [None] * len(rows),
         },
         schema=ERRORS,
     )
@@ -146,9 +159,10 @@ def error_table(rows: Sequence[tuple[int, int, int, str, str]]) -> pa.Table:
 
 def rebalance_table(
     rows: Sequence[tuple[str, str, str | None, int, int, int, str, bool]],
+    workers: Sequence[int] | None = None,
 ) -> pa.Table:
     """The rebalances table from the workers' rows (group, member, instance_id, generation,
-    started_ms, ended_ms, reason, expected)."""
+    started_ms, ended_ms, reason, expected), and the worker of each."""
     return pa.table(
         {
             "time": [r[5] for r in rows],
@@ -160,6 +174,7 @@ def rebalance_table(
             "generation": [r[3] for r in rows],
             "reason": [r[6] for r in rows],
             "expected": [r[7] for r in rows],
+            "worker": workers if workers is not None else [None] * len(rows),
         },
         schema=REBALANCES,
     )
@@ -178,6 +193,7 @@ def server_table(rows: Sequence[tuple[int, int, str, float, int]]) -> pa.Table:
             "node": [r[2] for r in rows],
             "cpu_s": [r[3] for r in rows],
             "rss_bytes": [r[4] for r in rows],
+            "worker": [None] * len(rows),
         },
         schema=SERVER,
     )
@@ -194,14 +210,20 @@ def earlier_run(out: Path) -> str | None:
 
 
 class Results:
-    """The directory of one run's tables and summary; refuses one that holds another run's."""
+    """The directory of one run's tables and summary; refuses one that holds another run's.
 
-    def __init__(self, out: Path) -> None:
+    A distributed run's worker (`worker` given) writes its own part files into the
+    directory its driver made and checked, each row marked with the worker, and no
+    summary: the driver writes that."""
+
+    def __init__(self, out: Path, worker: int | None = None) -> None:
         self.out = out
-        make_output_dir(out)  # its .gitignore is no run's: the check below passes it over
-        earlier = earlier_run(out)
-        if earlier is not None:
-            raise FileExistsError(earlier)
+        self.worker = worker
+        if worker is None:
+            make_output_dir(out)  # its .gitignore is no run's: the check below passes it over
+            earlier = earlier_run(out)
+            if earlier is not None:
+                raise FileExistsError(earlier)
         self._parts = dict.fromkeys(SCHEMAS, 0)
         self.rows = dict.fromkeys(SCHEMAS, 0)
 
@@ -211,11 +233,19 @@ class Results:
             return
         directory = self.out / name
         directory.mkdir(exist_ok=True)
-        part = directory / PART.format(self._parts[name])
+        if self.worker is None:
+            part = directory / PART.format(self._parts[name])
+        else:
+            part = directory / WORKER_PART.format(self.worker, self._parts[name])
+            column = table.schema.get_field_index("worker")
+            workers = pa.array([self.worker] * table.num_rows, pa.int32())
+            table = table.set_column(column, "worker", workers)
         replace_atomically(part, lambda path: pq.write_table(table, path))
         self._parts[name] += 1
         self.rows[name] += table.num_rows
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
+        if self.worker is not None:
+            return  # the driver's to write
         text = json.dumps(summary, indent=2, default=str, allow_nan=False) + "\n"
         replace_atomically(self.out / SUMMARY, lambda path: path.write_text(text))

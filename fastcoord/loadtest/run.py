@@ -28,11 +28,11 @@ import resource
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection as Pipe
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import trio
@@ -41,7 +41,7 @@ from rich.console import Console
 from fastcoord.client.connection import Connection, connect_reason, is_fastcoord
 from fastcoord.client.consumer_fleet import CONSUMER_WANTED
 from fastcoord.client.fleet import FleetConfig
-from fastcoord.loadtest import faults, results, sampler, scenarios, worker
+from fastcoord.loadtest import barrier, faults, results, sampler, scenarios, worker
 from fastcoord.loadtest.aggregate import Aggregator, Thresholds
 from fastcoord.loadtest.display import LiveDisplay, print_summary
 from fastcoord.protocol.api_keys import ApiKey
@@ -52,6 +52,13 @@ TERMINATED = 128 + signal.SIGTERM  # 143, as a process ended by SIGTERM
 FLUSH_S = 5  # a killed run loses at most this much of its tables
 FILES_KEPT = 64  # a worker's own files besides its connections: pipes, logs, libraries
 STOP_GRACE_S = worker.LEAVE_TIMEOUT_S + 15  # after the deadline, before workers are told to stop
+START_TIMEOUT_S = 180  # for a distributed run's workers to agree on a start
+# Each worker of a distributed run in summary.json: where it ran, when it was ready, the
+# start agreed and when it began, and what it counted itself (rows: of its own tables).
+WORKER_FIELDS = (
+    "host", "pid", "files", "ready_ms", "start_ms", "began_ms",
+    "requests", "errors", "signals", "commits", "rebalances", "cpu_s", "rows", "errors_dropped",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,10 @@ class Options:
     group_protocol: str = "classic"  # or "consumer": Kafka's consumer group protocol (KIP-848)
     # --warmup: the joining phase's seconds, instead of until every member is stable
     warmup_s: float | None = None
+    # --master: the workers are the tasks of a Spark barrier stage there (`processes` of
+    # them), rather than processes of this machine; --conf: Spark's settings
+    master: str | None = None
+    spark_conf: dict[str, str] = field(default_factory=dict)
 
 
 class CannotStart(Exception):
@@ -284,22 +295,36 @@ def run(o: Options, console: Console | None = None) -> int:
     try:
         address = parse_bootstrap(o.bootstrap)
         check_out(o.out)
-        check_file_limit(o)
+        if o.master is None:
+            check_file_limit(o)
+        else:
+            check_spark(o)
         fault_run = faults.prepare(o.faults, o.admin, o.duration_s)
         admin = check_admin(o.admin)
         server = probe(o, address)
-        if server.nodes > 1:
+        if server.nodes > 1 and o.master is None:
             check_file_limit(o, server.nodes)
     except (CannotStart, faults.ScheduleError) as exc:
         return refuse(exc)
+    launch: Launch
+    if o.master is None:
+        launch = Processes(o, address)
+    else:
+        try:
+            launch = spark_workers(o, address, server.nodes)
+        except CannotStart as exc:
+            return refuse(exc)
     o.out.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(o).items()}
     config["server_is_fastcoord"] = server.fastcoord
     config["server_nodes"] = server.nodes
     thresholds = Thresholds(o.max_error_rate, o.max_p99_ms)
     try:
-        aggregator = Aggregator(o.out, config, o.processes, thresholds)
+        # A distributed run's workers write their own tables: the driver, the server's.
+        tables = tuple(results.SCHEMAS) if o.master is None else ("server",)
+        aggregator = Aggregator(o.out, config, o.processes, thresholds, tables=tables)
     except FileExistsError as exc:  # another run began writing there meanwhile
+        launch.close(0)
         return refuse(f"--out {exc}")
     sampling = None
     if admin:
@@ -308,12 +333,15 @@ def run(o: Options, console: Console | None = None) -> int:
     signals = _Signals()
     previous = signal.signal(signal.SIGTERM, signals.on_term)
     try:
-        outcome, message = _drive(o, address, aggregator, console, fault_run, sampling, signals)
+        drive = _Drive(o, launch, aggregator, fault_run, sampling, signals)
+        outcome, message = drive.run(console)
+        if outcome == "could not start":
+            return refuse(message)
         summary = aggregator.finish(outcome, message)
         if fault_run is not None:
             summary["faults"] = fault_run.finish(aggregator.per_second)
-            if aggregator.results is not None:
-                aggregator.results.write_summary(summary)
+        if fault_run is not None and aggregator.results is not None:
+            aggregator.results.write_summary(summary)
     finally:
         signal.signal(signal.SIGTERM, previous)
     print_summary(summary, out)
@@ -331,115 +359,297 @@ def run(o: Options, console: Console | None = None) -> int:
     return PASSED if summary["verdict"]["passed"] else EXCEEDED
 
 
-def _drive(
-    o: Options,
-    address: tuple[str, int],
-    aggregator: Aggregator,
-    console: Console,
-    fault_run: faults.FaultRun | None = None,
-    sampling: sampler.ServerSampler | None = None,
-    signals: _Signals | None = None,
-) -> tuple[str, str | None]:
-    """Run the workers to their end, adding the scheduled faults and sampling the server;
-    (outcome, message)."""
-    signals = signals or _Signals()
-    context = multiprocessing.get_context("spawn")
-    started = time.time()
-    aggregator.start(round(started * 1000))
-    fleet = fleet_config(o, address)
-    plan = plan_of(o)
-    pipes: dict[Pipe, int] = {}
-    processes = []
-    for n in range(o.processes):
-        ours, theirs = context.Pipe()
-        job = worker.Job(n, o.processes, fleet, plan, started)
-        process = context.Process(
-            target=worker.main, args=(job, theirs), name=f"loadtest-worker-{n}", daemon=True
+class Launch(Protocol):
+    """The workers, however they run: their channels (each a multiprocessing Connection)
+    as they come, and the stage's own end."""
+
+    workers: int
+
+    def start(self) -> float | None:
+        """Start the workers; the run's start (wall clock) if known now, else the workers
+        say it ("started")."""
+
+    def arrived(self) -> dict[Pipe, int]:
+        """The channels to workers opened since the last call, each with its worker."""
+
+    @property
+    def ended(self) -> bool:
+        """Whether every worker has ended, whatever they said."""
+
+    @property
+    def failure(self) -> str | None:
+        """Why the workers ended early, as their launcher saw it, or None."""
+
+    def close(self, grace_s: float) -> None:
+        """Wait up to `grace_s` for the workers to end, then end them."""
+
+
+class Processes:
+    """The workers as processes of this machine (--processes)."""
+
+    failure = None
+
+    def __init__(self, o: Options, address: tuple[str, int]) -> None:
+        self.o = o
+        self.address = address
+        self.workers = o.processes
+        self._processes: list[multiprocessing.process.BaseProcess] = []
+        self._pipes: dict[Pipe, int] = {}
+
+    def start(self) -> float:
+        context = multiprocessing.get_context("spawn")
+        started = time.time()
+        fleet = fleet_config(self.o, self.address)
+        plan = plan_of(self.o)
+        for n in range(self.workers):
+            ours, theirs = context.Pipe()
+            job = worker.Job(n, self.workers, fleet, plan, started)
+            process = context.Process(
+                target=worker.main, args=(job, theirs), name=f"loadtest-worker-{n}", daemon=True
+            )
+            process.start()
+            theirs.close()
+            self._pipes[ours] = n
+            self._processes.append(process)
+        return started
+
+    def arrived(self) -> dict[Pipe, int]:
+        pipes, self._pipes = self._pipes, {}
+        return pipes
+
+    @property
+    def ended(self) -> bool:
+        return not any(p.is_alive() for p in self._processes)
+
+    def close(self, grace_s: float) -> None:
+        for process in self._processes:
+            process.join(timeout=grace_s)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+
+
+def check_spark(o: Options) -> None:
+    """What can be refused of a distributed run before Spark starts."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise CannotStart(
+            "--master needs pyspark, the report's extra: pip install 'fastcoord[report]'"
+        ) from None
+    from fastcoord.loadtest import spark
+
+    try:
+        spark.check_local(o.master or "", o.processes, o.spark_conf)
+    except spark.SparkRefused as exc:
+        raise CannotStart(str(exc)) from None
+
+
+def spark_workers(o: Options, address: tuple[str, int], nodes: int) -> Launch:
+    """A Spark session on --master and its barrier stage of workers, or CannotStart."""
+    from fastcoord.loadtest import spark
+
+    session = spark.session(o.master or "", o.spark_conf)
+    try:
+        spark.check_cluster(session, o.master or "", o.processes)
+    except spark.SparkRefused as exc:
+        session.stop()
+        raise CannotStart(str(exc)) from None
+    host = session.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+
+    def job(driver: tuple[str, int], authkey: bytes) -> barrier.TaskJob:
+        return barrier.TaskJob(
+            workers=o.processes,
+            fleet=fleet_config(o, address),
+            plan=plan_of(o),
+            out=str(o.out.resolve()),
+            driver=driver,
+            authkey=authkey,
+            connections=tuple(connections_per_worker(o, nodes)),
         )
-        process.start()
-        theirs.close()
-        pipes[ours] = n
-        processes.append(process)
-    if fault_run is not None:
-        fault_run.start(started)
-    if sampling is not None:
-        sampling.start(started)
-    outcome, message = "completed", None
-    terms = 0
-    done: set[int] = set()
-    stopping_at: float | None = None
-    deadline = started + o.duration_s + STOP_GRACE_S
 
-    def stop_all() -> None:
-        nonlocal stopping_at
-        if stopping_at is None:
-            stopping_at = time.time()
-            aggregator.stopped(stopping_at - started)
-            for pipe in pipes:
-                with contextlib.suppress(OSError):  # that worker has ended
-                    pipe.send("stop")
+    return spark.SparkWorkers(session, job, o.processes, host)
 
-    next_show = next_flush = time.time() + 1
-    with LiveDisplay(console) as display:
-        while len(done) < len(pipes):
-            try:
-                live = [p for p, n in pipes.items() if n not in done]
-                for ready in wait(live, timeout=0.25):
-                    pipe = cast(Pipe, ready)
-                    n = pipes[pipe]
-                    try:
-                        kind, body = pipe.recv()
-                    except (EOFError, OSError):
-                        done.add(n)
-                        if outcome == "completed" and stopping_at is None:
-                            outcome, message = "cut short", f"worker {n} ended without a word"
-                            stop_all()
-                        continue
-                    if kind == "second":
-                        aggregator.add(body)
-                    elif kind in ("aborted", "failed"):
-                        if outcome == "completed":
-                            outcome = "cut short"
-                            message = str(body) if kind == "aborted" else f"worker {n}: {body}"
-                        stop_all()
-                        if kind == "failed":
-                            done.add(n)
-                    elif kind == "done":
-                        done.add(n)
-                now = time.time()
-                if now >= next_show:
-                    next_show = now + 1
-                    display.update(aggregator.snapshot())
-                if now >= next_flush:
-                    # Each flush is a file per table: every few seconds, not every second.
-                    next_flush = now + FLUSH_S
-                    if sampling is not None:
-                        aggregator.add_server(*sampling.take())
-                    aggregator.flush()
-                if signals.terms > terms:
-                    terms = signals.terms
-                    if stopping_at is not None:
+
+class _Drive:
+    """The run's loop: the workers' messages into the aggregator and the live view, the
+    faults and the server's samples on time, the stop when it is due."""
+
+    def __init__(
+        self,
+        o: Options,
+        launch: Launch,
+        aggregator: Aggregator,
+        fault_run: faults.FaultRun | None = None,
+        sampling: sampler.ServerSampler | None = None,
+        signals: _Signals | None = None,
+    ) -> None:
+        self.o = o
+        self.launch = launch
+        self.aggregator = aggregator
+        self.fault_run = fault_run
+        self.sampling = sampling
+        self.signals = signals or _Signals()
+        self.pipes: dict[Pipe, int] = {}
+        self.done: set[int] = set()
+        self.started: float | None = None
+        self.stopping_at: float | None = None
+        self.deadline = time.time() + START_TIMEOUT_S
+        self.outcome: str = "completed"
+        self.message: str | None = None
+        self.workers: dict[int, dict[str, Any]] = {}  # a distributed run's, by worker
+
+    def begin(self, started: float) -> None:
+        """The run's start is known: its seconds, faults and samples count from it."""
+        self.started = started
+        self.aggregator.start(round(started * 1000))
+        if self.fault_run is not None:
+            self.fault_run.start(started)
+        if self.sampling is not None:
+            self.sampling.start(started)
+        self.deadline = started + self.o.duration_s + STOP_GRACE_S
+
+    def stop_all(self) -> None:
+        if self.stopping_at is not None:
+            return
+        self.stopping_at = time.time()
+        if self.started is not None:
+            self.aggregator.stopped(self.stopping_at - self.started)
+        for pipe in self.pipes:
+            with contextlib.suppress(OSError):  # that worker has ended
+                pipe.send("stop")
+
+    def end(self, outcome: str, message: str | None) -> None:
+        """The run ends early (the first reason counts): the workers are told to stop."""
+        if self.outcome == "completed":
+            self.outcome, self.message = outcome, message
+        self.stop_all()
+
+    def finished(self) -> bool:
+        if len(self.done) >= self.launch.workers:
+            return True
+        # The stage is over: whoever has not said so never will.
+        return self.launch.ended and all(n in self.done for n in self.pipes.values())
+
+    def run(self, console: Console) -> tuple[str, str | None]:
+        """Run the workers to their end; (outcome, message)."""
+        started = self.launch.start()
+        if started is not None:
+            self.begin(started)
+        terms = 0
+        next_show = next_flush = time.time() + 1
+        with LiveDisplay(console) as display:
+            while not self.finished():
+                try:
+                    self._step()
+                    now = time.time()
+                    if now >= next_show and self.started is not None:
+                        next_show = now + 1
+                        display.update(self.aggregator.snapshot())
+                    if now >= next_flush and self.started is not None:
+                        # Each flush is a file per table: every few seconds, not every second.
+                        next_flush = now + FLUSH_S
+                        self._note_workers()
+                        if self.sampling is not None:
+                            self.aggregator.add_server(*self.sampling.take())
+                        self.aggregator.flush()
+                    if self.signals.terms > terms:
+                        terms = self.signals.terms
+                        if self.stopping_at is not None:
+                            break
+                        self.end(
+                            "terminated", "terminated by SIGTERM: the members were told to stop"
+                        )
+                    if now > self.deadline:
+                        if self.started is None:
+                            self.end(
+                                "could not start",
+                                f"the workers did not start within {START_TIMEOUT_S} s",
+                            )
+                        self.stop_all()
+                    if self.stopping_at is not None and now > self.stopping_at + STOP_GRACE_S:
                         break
-                    outcome = "terminated"
-                    message = "terminated by SIGTERM: the members were told to stop"
-                    stop_all()
-                if now > deadline:
-                    stop_all()
-                if stopping_at is not None and now > stopping_at + STOP_GRACE_S:
-                    break
-            except KeyboardInterrupt:
-                if stopping_at is not None:
-                    break
-                outcome, message = "interrupted", "interrupted: the members were told to stop"
-                stop_all()
-    for process in processes:
-        process.join(timeout=5)
-        if process.is_alive():
-            process.kill()
-            process.join(timeout=5)
-    if fault_run is not None:
-        fault_run.stop()
-    if sampling is not None:
-        sampling.stop()
-        aggregator.add_server(*sampling.take())
-    return outcome, message
+                except KeyboardInterrupt:
+                    if self.stopping_at is not None:
+                        break
+                    self.end("interrupted", "interrupted: the members were told to stop")
+        self.launch.close(5)
+        self._note_workers()
+        failure = self.launch.failure
+        if failure is not None and self.outcome == "completed":
+            self.outcome, self.message = "cut short", failure
+        if self.started is None and self.outcome in ("completed", "cut short"):
+            self.outcome = "could not start"
+            self.message = self.message or "the workers ended before the run started"
+        if self.fault_run is not None:
+            self.fault_run.stop()
+        if self.sampling is not None:
+            self.sampling.stop()
+            if self.started is not None:
+                self.aggregator.add_server(*self.sampling.take())
+        return self.outcome, self.message
+
+    def _step(self) -> None:
+        """Wait a moment for the workers' messages, and act on them."""
+        self.pipes.update(self.launch.arrived())
+        failure = self.launch.failure
+        if failure is not None:
+            self.end("cut short" if self.started is not None else "could not start", failure)
+        live = [p for p, n in self.pipes.items() if n not in self.done]
+        if not live:
+            time.sleep(0.25)
+            return
+        for ready in wait(live, timeout=0.25):
+            pipe = cast(Pipe, ready)
+            n = self.pipes[pipe]
+            try:
+                kind, body = pipe.recv()
+            except (EOFError, OSError):
+                self.done.add(n)
+                if self.stopping_at is None:
+                    self.end("cut short", f"worker {n} ended without a word")
+                continue
+            self._hear(n, kind, body)
+
+    def _hear(self, n: int, kind: str, body: Any) -> None:
+        if kind == "second":
+            self.aggregator.add(body)
+        elif kind == "started":  # a distributed run's worker, with the agreed start
+            self.workers.setdefault(n, {}).update(body)
+            if self.started is None:
+                self.begin(body["start_ms"] / 1000)
+        elif kind == "ready":
+            if self.o.master is not None:
+                self.workers.setdefault(n, {}).update(body)
+        elif kind == "result":  # a distributed run's worker's own totals, at its end
+            self.workers.setdefault(n, {}).update(body)
+            self.aggregator.rows_elsewhere.update(body["rows"])
+        elif kind == "refused":
+            self.end("could not start", str(body))
+        elif kind in ("aborted", "failed"):
+            self.end("cut short", str(body) if kind == "aborted" else f"worker {n}: {body}")
+            if kind == "failed":
+                self.done.add(n)
+        elif kind == "done":
+            self.done.add(n)
+
+    def _note_workers(self) -> None:
+        if self.o.master is not None:
+            self.aggregator.sections["workers"] = self.workers_section()
+
+    def workers_section(self) -> dict[str, Any]:
+        """summary.json's `workers` of a distributed run: each worker's host, process,
+        open-file limit, readiness and start, and what it counted itself; the spread of
+        the starts."""
+        listed: list[dict[str, Any]] = [
+            {"worker": n, **{k: self.workers[n].get(k) for k in WORKER_FIELDS}}
+            for n in sorted(self.workers)
+        ]
+        began = [int(w["began_ms"]) for w in listed if w.get("began_ms") is not None]
+        return {
+            "master": self.o.master,
+            "count": self.launch.workers,
+            "start_ms": round(self.started * 1000) if self.started is not None else None,
+            "start_spread_ms": max(began) - min(began) if began else None,
+            "each": listed,
+        }

@@ -78,6 +78,20 @@ class NodeSecond(msgspec.Struct):
     connections: int
 
 
+class RebalanceCounts(msgspec.Struct):
+    """A second's rebalances without their rows: the durations' histogram (sparse, in ns)
+    and how many were unexpected."""
+
+    buckets: Int16Array
+    counts: Int64Array
+    sum_ns: int
+    max_ns: int
+    unexpected: int
+
+    def histogram(self) -> Histogram:
+        return Histogram.from_sparse(self.buckets, self.counts, self.sum_ns, self.max_ns)
+
+
 class Second(msgspec.Struct):
     """What one worker recorded between two takes."""
 
@@ -101,6 +115,29 @@ class Second(msgspec.Struct):
     # changed since the previous take: the parent keeps the rest.
     node_ids: dict[str, int] = msgspec.field(default_factory=dict)
     groups: dict[str, str] = msgspec.field(default_factory=dict)
+    # In a slim second (`slim`), the rebalances its rows held.
+    rebalanced: RebalanceCounts | None = None
+
+    def slim(self) -> Second:
+        """This second without its rows (errors, rebalances), which the worker writes
+        itself, its rebalances kept as counts: the few kilobytes a distributed run's worker
+        sends its driver each second, whatever a join storm brought."""
+        durations = Histogram()
+        durations.add_ns(np.array([r[5] - r[4] for r in self.rebalances], np.int64) * 1_000_000)
+        buckets, counts = durations.nonzero()
+        rebalanced = RebalanceCounts(
+            buckets,
+            counts,
+            durations.sum_ns,
+            durations.max_ns,
+            sum(not r[7] for r in self.rebalances),
+        )
+        return msgspec.structs.replace(
+            self,
+            error_rows=[],
+            rebalances=[],
+            rebalanced=rebalanced,
+        )
 
 
 class Recorder:

@@ -8,6 +8,10 @@ the parent says so or its deadline passes, and says why when it cannot go on.
 Messages to the parent: ("ready", info), ("second", Second), ("aborted", reason),
 ("failed", reason), ("done", None). From the parent: "stop".
 
+A worker of a distributed run is started before its run's start is known (the workers
+agree on it once all are up: loadtest/barrier.py): it says ("waiting", {"pid", "files"})
+and waits for ("start", wall clock) or "stop".
+
 Ctrl-C and SIGTERM are the parent's to act on (it tells the workers to stop, and writes the
 summary), so a worker ignores both; it must then end by itself when the parent is gone
 (killed, say): its pipe breaking or closing says so, and the worker's members leave and
@@ -17,7 +21,9 @@ it ends.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -42,7 +48,8 @@ class Job:
     workers: int
     fleet: FleetConfig
     plan: scenarios.Plan
-    started_wall: float  # time.time() when the run began, shared by every worker
+    # time.time() when the run began, shared by every worker; None: the parent will say
+    started_wall: float | None
 
 
 def main(job: Job, pipe: Pipe) -> None:
@@ -52,8 +59,13 @@ def main(job: Job, pipe: Pipe) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format=f"worker {job.worker}: %(message)s")
-    raise_file_limit()
+    files, _, _ = raise_file_limit()
     try:
+        if job.started_wall is None:
+            started = _agreed_start(pipe, files)
+            if started is None:
+                return
+            job = dataclasses.replace(job, started_wall=started)
         trio.run(_run, job, pipe)
     except BaseException as exc:  # the parent must hear why, whatever it was
         with contextlib.suppress(OSError):  # unless it is gone
@@ -63,7 +75,24 @@ def main(job: Job, pipe: Pipe) -> None:
         pipe.close()
 
 
+def _agreed_start(pipe: Pipe, files: int) -> float | None:
+    """The run's start, once the parent has it (None: told to stop, or the parent gone);
+    until then the worker sleeps, then sleeps on to the start itself."""
+    pipe.send(("waiting", {"pid": os.getpid(), "files": files}))
+    try:
+        message = pipe.recv()
+    except (EOFError, OSError):
+        return None
+    if not (isinstance(message, tuple) and message[0] == "start"):
+        return None
+    started = float(message[1])
+    time.sleep(max(0.0, started - time.time()))
+    return started
+
+
 async def _run(job: Job, pipe: Pipe) -> None:
+    assert job.started_wall is not None
+    began_ms = round(time.time() * 1000)
     kind = ConsumerFleet if job.fleet.group_protocol == "consumer" else Fleet
     recorder = Recorder(job.worker, heartbeat_api=kind.LANE_HEARTBEAT)
     fleet = kind(job.fleet, recorder)
@@ -76,7 +105,8 @@ async def _run(job: Job, pipe: Pipe) -> None:
             pipe.send(("failed", f"cannot reach {host}:{port}: {connect_reason(exc)}"))
             nursery.cancel_scope.cancel()
             return
-        pipe.send(("ready", {"cluster_id": fleet.cluster_id, "partitions": fleet.partitions}))
+        ready = {"cluster_id": fleet.cluster_id, "partitions": fleet.partitions}
+        pipe.send(("ready", {**ready, "began_ms": began_ms, "pid": os.getpid()}))
         reporter = _Reporter(job, pipe, fleet, recorder)
         nursery.start_soon(reporter.run, nursery.cancel_scope)
         # A fleet of 100k members is a million long-lived objects: full collections over
@@ -109,6 +139,7 @@ class _Reporter:
 
     async def run(self, scope: trio.CancelScope) -> None:
         start = self.job.started_wall
+        assert start is not None
         while True:
             self._second += 1
             await trio.sleep(max(0.0, start + self._second - time.time()))

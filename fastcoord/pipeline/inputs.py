@@ -36,7 +36,8 @@ from fastcoord.server import event_files, event_log
 
 SUMMARY_SCHEMA_VERSION = 2
 TABLES = tuple(SCHEMAS)  # latency, rebalances, errors, states
-COLUMNS = {table: set(schema.names) for table, schema in SCHEMAS.items()}
+# The columns the report reads: not `worker`, which files written before it lack.
+COLUMNS = {table: set(schema.names) - {"worker"} for table, schema in SCHEMAS.items()}
 EVENT_COLUMNS = set(event_log.SCHEMA.names) - event_files.ADDED  # older files lack those
 NODE = re.compile(r"node-(\d+)")  # a node's data directory in a cluster's
 

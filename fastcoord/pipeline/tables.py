@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from fastcoord.loadtest.results import SCHEMAS
-from fastcoord.pipeline.inputs import TABLES, Inputs
+from fastcoord.pipeline.inputs import COLUMNS, TABLES, Inputs
 from fastcoord.pipeline.scope import MARGIN_MS, event_bounds
 from fastcoord.server import event_log
 
@@ -80,6 +80,56 @@ def of_no_run(events: DataFrame, scopes: DataFrame) -> DataFrame:
     return events.join(F.broadcast(scopes), belongs(), "left_anti")
 
 
+def merged_latency(latency: DataFrame) -> DataFrame:
+    """One row per run, second and API, as a run of --processes writes them: a distributed
+    run's workers each write their own (the `worker` column), merged here, histograms
+    and all."""
+    keys = ["run", "elapsed_s", "api"]
+    buckets = (
+        latency.select(*keys, F.explode(F.arrays_zip("buckets", "counts")).alias("b"))
+        .groupBy(*keys, F.col("b.buckets").alias("bucket"))
+        .agg(F.sum(F.col("b.counts")).alias("n"))
+        .groupBy(*keys)
+        .agg(F.array_sort(F.collect_list(F.struct("bucket", "n"))).alias("h"))
+        .select(
+            *keys,
+            F.col("h.bucket").cast("array<smallint>").alias("buckets"),
+            F.col("h.n").cast("array<bigint>").alias("counts"),
+        )
+    )
+    figures = latency.groupBy(*keys).agg(
+        F.min("time").alias("time"),
+        *(F.sum(c).alias(c) for c in ("count", "errors", "signals", "sum_us")),
+        F.max("max_us").alias("max_us"),
+    )
+    # A row whose histogram is empty (no buckets) has none to explode: its figures stand.
+    merged = figures.join(buckets, keys, "left").select(
+        "time",
+        "elapsed_s",
+        "api",
+        "count",
+        "errors",
+        "signals",
+        F.coalesce("buckets", F.array().cast("array<smallint>")).alias("buckets"),
+        F.coalesce("counts", F.array().cast("array<bigint>")).alias("counts"),
+        "sum_us",
+        "max_us",
+        "run",
+    )
+    return merged
+
+
+def merged_states(states: DataFrame) -> DataFrame:
+    """One row per run and second: the workers' members, connections, requests and CPU
+    added up (see merged_latency)."""
+    summed = [c for c in states.columns if c not in ("run", "elapsed_s", "time")]
+    return (
+        states.groupBy("run", "elapsed_s")
+        .agg(F.min("time").alias("time"), *(F.sum(c).alias(c) for c in summed))
+        .select(*states.columns)
+    )
+
+
 def scopes_of(spark: SparkSession, inputs: Inputs) -> DataFrame:
     """run, group_pattern, start_ms, end_ms: each run's server events. A run without its
     summary has none (which groups and time were its, it does not say); without a run, the
@@ -94,15 +144,15 @@ def scopes_of(spark: SparkSession, inputs: Inputs) -> DataFrame:
 def load(spark: SparkSession, inputs: Inputs) -> Tables:
     frames: dict[str, DataFrame] = {}
     for table in TABLES:
-        columns = SCHEMAS[table].names
+        schema = pa.schema([f for f in SCHEMAS[table] if f.name in COLUMNS[table]])
         parts = [
             spark.read.parquet(*run.files[table])
-            .select(*columns)
+            .select(*schema.names)
             .withColumn("run", F.lit(run.name))
             for run in inputs.runs
             if run.files.get(table)
         ]
-        frame = parts[0] if parts else _empty(spark, SCHEMAS[table]).withColumn("run", F.lit(""))
+        frame = parts[0] if parts else _empty(spark, schema).withColumn("run", F.lit(""))
         for part in parts[1:]:
             frame = frame.unionByName(part)
         frames[table] = frame
@@ -119,10 +169,10 @@ def load(spark: SparkSession, inputs: Inputs) -> Tables:
     for node in nodes[1:]:
         events = events.unionByName(node)
     return Tables(
-        frames["latency"],
+        merged_latency(frames["latency"]),
         frames["rebalances"],
         frames["errors"],
-        frames["states"],
+        merged_states(frames["states"]),
         frames["server"],
         scoped(events, scopes),
         events,

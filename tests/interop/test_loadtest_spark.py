@@ -1,0 +1,230 @@
+"""`fastcoord loadtest --master`: the workers as a Spark barrier stage, the real command
+against the real `fastcoord serve`, on `local[4]`. The workers start together, each writes
+its own tables, the driver's summary adds up to theirs and to what the server counted, the
+report reads the run; too few slots are refused at once, and a worker killed mid-run ends
+the run naming it, its tables left readable."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fastcoord.client.admin import AdminClient
+from fastcoord.testing import ServerProcess, child_env, fastcoord_server
+from tests.interop.test_loadtest import FAST, SERVER_ARGS, loadtest_command, summary, table
+
+pytestmark = pytest.mark.spark
+
+WORKERS = 4
+TABLES = ("latency", "states", "errors", "rebalances")
+# Every worker's members commit while this holds, so every worker has rows of errors.
+SCHEDULE = """
+[[fault]]
+at_ms = 4000
+api = "OffsetCommit"
+error = "OFFSET_METADATA_TOO_LARGE"
+duration_ms = 2000
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    (tmp_path / "server").mkdir()
+    with fastcoord_server(tmp_path / "server", *SERVER_ARGS, "--admin-port", "0") as running:
+        yield running
+
+
+def spark_loadtest(
+    server: ServerProcess, out: Path, master: str, workers: int, *args: str
+) -> list[str]:
+    return loadtest_command(
+        server.bootstrap,
+        out,
+        "--master",
+        master,
+        "--workers",
+        str(workers),
+        "--admin",
+        server.admin,
+        *args,
+        *FAST,
+    )
+
+
+def served(server: ServerProcess) -> dict[str, int]:
+    """Requests the server answered, by API, as its /metrics counts them."""
+    counts: dict[str, int] = {}
+    for family in text_string_to_metric_families(AdminClient(server.admin).metrics_text()):
+        for s in family.samples:
+            if s.name == "fastcoord_requests_total":
+                counts[s.labels["api"]] = int(s.value)
+    return counts
+
+
+def check_distributed_run(
+    server: ServerProcess, tmp_path: Path, master: str, workers: int
+) -> dict[str, Any]:
+    """A run of `workers` workers on `master` that must pass, checked against its own tables
+    and the server's count: its summary."""
+    schedule = tmp_path / "faults.toml"
+    schedule.write_text(SCHEDULE)
+    out = tmp_path / "run"
+    before = served(server)
+    command = spark_loadtest(
+        server,
+        out,
+        master,
+        workers,
+        "--members",
+        str(50 * workers),
+        "--groups",
+        str(2 * workers),
+        "--duration",
+        "10",
+        "--faults",
+        str(schedule),
+    )
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=240, env=child_env(), check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    s = summary(out)
+    assert s["outcome"] == "completed" and s["complete"]
+
+    # They started together: the agreed start, each worker's own, and each one's first
+    # second in its tables.
+    each = s["workers"]["each"]
+    assert [w["worker"] for w in each] == list(range(workers))
+    began = [w["began_ms"] for w in each]
+    assert max(began) - min(began) < 1000
+    assert s["workers"]["start_spread_ms"] == max(began) - min(began)
+    assert all(0 <= w["began_ms"] - w["start_ms"] < 1000 for w in each)
+    assert all(w["start_ms"] > w["ready_ms"] for w in each)
+    firsts = collections.defaultdict(list)
+    for row in table(out, "states"):
+        firsts[row["worker"]].append(row["time"])
+    first = [min(firsts[n]).timestamp() for n in range(workers)]
+    assert max(first) - min(first) < 1.0
+
+    # Every table has rows from every worker, each in the worker's own part files.
+    for name in TABLES:
+        rows = table(out, name)
+        assert {r["worker"] for r in rows} == set(range(workers)), name
+        parts = sorted(p.name for p in (out / name).glob("*.parquet"))
+        assert {p[: len("part-w0000")] for p in parts} == {
+            f"part-w{n:04d}" for n in range(workers)
+        }, name
+        for w in each:
+            assert w["rows"][name] == sum(r["worker"] == w["worker"] for r in rows), name
+        assert s["tables"][name] == len(rows), name
+
+    # The summary's totals are the workers' own, added up, and what the server counted.
+    assert s["requests"]["count"] == sum(w["requests"] for w in each)
+    assert s["requests"]["errors"] == sum(w["errors"] for w in each) > 0
+    assert s["requests"]["signals"] == sum(w["signals"] for w in each)
+    assert s["commits"]["count"] == sum(w["commits"] for w in each)
+    counted = {api: a["count"] for api, a in s["apis"].items()}
+    from_rows: collections.Counter[str] = collections.Counter()
+    for row in table(out, "latency"):
+        from_rows[row["api"]] += row["count"]
+    assert dict(from_rows) == counted
+    after = served(server)
+    answered = {api: after[api] - before.get(api, 0) for api in after}
+    # The driver's probe and each worker's check of the bootstrap ask Metadata as well.
+    assert answered.pop("Metadata") == counted.pop("Metadata") + 1 + workers
+    assert {api: n for api, n in answered.items() if n} == counted
+
+    # The report reads the run as it reads any: its figures are the summary's.
+    report = tmp_path / "report"
+    done = subprocess.run(
+        ["fastcoord", "report", str(out), "--out", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=child_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    by_api = {r["api"]: r for r in table(report / "tables", "errors_by_api")}
+    assert {api: r["requests"] for api, r in by_api.items()} == {
+        api: a["count"] for api, a in s["apis"].items()
+    }
+    assert sum(r["errors"] for r in by_api.values()) == s["requests"]["errors"]
+    states = table(report / "tables", "member_states")
+    assert max(r["stable"] for r in states) == 50 * workers
+    return s
+
+
+def test_four_workers_on_local_spark(server: ServerProcess, tmp_path: Path) -> None:
+    s = check_distributed_run(server, tmp_path, f"local[{WORKERS}]", WORKERS)
+    assert s["workers"]["master"] == f"local[{WORKERS}]"
+
+
+def test_too_few_slots_are_refused_at_once(server: ServerProcess, tmp_path: Path) -> None:
+    began = time.monotonic()
+    result = subprocess.run(
+        spark_loadtest(server, tmp_path / "run", "local[2]", 3, "--members", "30"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+        check=False,
+    )
+    assert time.monotonic() - began < 10
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fastcoord loadtest: --workers 3 needs 3 task slots at once (a barrier stage), but "
+        "--master local[2] has 2: use --master local[3], or use --workers 2"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_killed_worker_ends_the_run_naming_it(server: ServerProcess, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    command = spark_loadtest(
+        server, out, f"local[{WORKERS}]", WORKERS, "--members", "120", "--duration", "60"
+    )
+    with subprocess.Popen(
+        command, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as run:
+        try:
+            pid = _worker_pid(out, 2, run)
+            time.sleep(3)  # mid-run: every worker's members are heartbeating
+            os.kill(pid, signal.SIGKILL)
+            stdout, stderr = run.communicate(timeout=60)
+        finally:
+            if run.poll() is None:
+                run.kill()
+    assert run.returncode == 3, stdout + stderr
+    assert (
+        f"fastcoord loadtest: worker 2: its worker process (pid {pid}) died: killed by signal 9"
+        in stderr
+    )
+    s = summary(out)
+    assert s["outcome"] == "cut short"
+    assert s["message"].startswith("worker 2: ")
+    for name in ("latency", "states"):  # what was written opens, every worker's
+        assert {r["worker"] for r in table(out, name)} == set(range(WORKERS))
+
+
+def _worker_pid(out: Path, n: int, run: subprocess.Popen[str]) -> int:
+    """Worker n's process, once the running summary names it."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert run.poll() is None, run.communicate()
+        try:
+            each = json.loads((out / "summary.json").read_text())["workers"]["each"]
+            return int(next(w["pid"] for w in each if w["worker"] == n))
+        except (OSError, ValueError, KeyError, StopIteration):
+            time.sleep(0.5)
+    raise AssertionError("the running summary never named the workers")
