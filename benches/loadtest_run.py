@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +58,14 @@ def window_figures(out: Path, first: int, last: int, api: str = "Heartbeat") -> 
                     r["buckets"], r["counts"], r["sum_us"] * 1000, r["max_us"] * 1000
                 )
             )
-    states = ds.dataset(out / "states", format="parquet").to_table().to_pylist()
-    seconds = [r for r in states if first <= r["elapsed_s"] <= last]
+    # A run on Spark writes a states row per worker per second: added up per second.
+    per_second: dict[int, dict[str, Any]] = {}
+    for r in ds.dataset(out / "states", format="parquet").to_table().to_pylist():
+        if first <= r["elapsed_s"] <= last:
+            merged = per_second.setdefault(r["elapsed_s"], {"cpu_s": 0.0, "stable": 0})
+            merged["cpu_s"] += r["cpu_s"]
+            merged["stable"] += r["stable"]
+    seconds = list(per_second.values())
     span = max(1, len(seconds))
     return {
         "heartbeats_per_s": hb.count / span,
@@ -68,6 +76,41 @@ def window_figures(out: Path, first: int, last: int, api: str = "Heartbeat") -> 
         "generator_cores": sum(r["cpu_s"] for r in seconds) / span,
         "stable": min((r["stable"] for r in seconds), default=0),
     }
+
+
+def run_start(out: Path, run: subprocess.Popen[bytes]) -> float:
+    """The run's start (wall clock), once its summary.json says it."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and run.poll() is None:
+        try:
+            started = json.loads((out / "summary.json").read_text())["started"]
+        except (OSError, ValueError, KeyError):
+            started = None
+        if started:
+            return datetime.fromisoformat(started).timestamp()
+        time.sleep(0.5)
+    raise RuntimeError("the load test never started")
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and its descendants (the driver, Spark's JVM, its tasks
+    and the workers), from /proc; the dead ones are not counted."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        measured = sched_seconds(p)
+        total += measured[0] if measured else 0.0
+    return total
 
 
 class Scraper:
@@ -138,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, default=1_000)
     parser.add_argument("--members-per-connection", type=int, default=1_000)
     parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--master", help="the workers as a Spark stage on this master")
+    parser.add_argument("--workers", type=int, default=1, help="with --master")
     parser.add_argument("--duration", type=float, default=150)
     parser.add_argument("--window", type=float, default=60, help="seconds sampled at the end")
     parser.add_argument("--heartbeat-interval-ms", type=int, default=3_000)
@@ -183,23 +228,32 @@ def measure(args: argparse.Namespace, protocol: str) -> tuple[str, int]:
                 *("--group-protocol", protocol),
                 *("--members", str(args.members), "--groups", str(args.groups)),
                 *("--members-per-connection", str(args.members_per_connection)),
-                *("--processes", str(args.processes), "--duration", str(args.duration)),
+                *(
+                    ("--master", args.master, "--workers", str(args.workers))
+                    if args.master
+                    else ("--processes", str(args.processes))
+                ),
+                *("--duration", str(args.duration)),
                 *("--heartbeat-interval-ms", str(args.heartbeat_interval_ms)),
                 *("--commit-interval-ms", str(args.commit_interval_ms)),
                 *("--out", str(out)),
             ]
-            started = time.monotonic()
             run = subprocess.Popen(
                 command, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
             )
+            # The run's seconds count from its start, which a run on Spark agrees on only
+            # once its session is up and its workers ready: read from the running summary.
+            started = run_start(out, run) - time.time() + time.monotonic()
             with Scraper(server.admin if args.scrape_every else None, args.scrape_every) as scrape:
-                time.sleep(max(0.0, args.duration - args.window - 2))
+                time.sleep(max(0.0, started + args.duration - args.window - 2 - time.monotonic()))
                 before = sched_seconds(server.pid)
+                tree_before = tree_cpu_s(run.pid)
                 t0 = time.monotonic()
                 time.sleep(args.window / 2)
                 scrape.groups()
                 time.sleep(args.window / 2)
                 after = sched_seconds(server.pid)
+                tree_after = tree_cpu_s(run.pid)
             t1 = time.monotonic()
             rss = rss_mb(server.pid)
             output, _ = run.communicate(timeout=args.duration + 120)
@@ -207,6 +261,8 @@ def measure(args: argparse.Namespace, protocol: str) -> tuple[str, int]:
         figures = window_figures(out, first + 1, int(t1 - started), HEARTBEAT_API[protocol])
         summary = json.loads((out / "summary.json").read_text())
     server_cores = (after[0] - before[0]) / (t1 - t0) if before and after else None
+    workers = summary.get("workers")
+    spread = f", start spread {workers['start_spread_ms']} ms" if workers else ""
     print(output.decode(errors="replace"))
     per_heartbeat = (
         f"{server_cores / figures['heartbeats_per_s'] * 1e6:.1f} us of server CPU a heartbeat "
@@ -221,7 +277,10 @@ def measure(args: argparse.Namespace, protocol: str) -> tuple[str, int]:
         f"max {figures['max_ms']:.2f} ms; server "
         f"{server_cores if server_cores is None else f'{server_cores:.2f}'} cores, "
         f"RSS {rss:.0f} MB; {per_heartbeat}generator {figures['generator_cores']:.2f} cores "
-        f"(whole run {summary['generator']['cores']:.2f}); exit {run.returncode}"
+        f"(whole run {summary['generator']['cores']:.2f}), "
+        f"{figures['generator_cores'] / max(1, figures['stable']) * 1e6:.2f} us CPU/s a member; "
+        f"the loadtest's processes {(tree_after - tree_before) / (t1 - t0):.2f} cores"
+        f"{spread}; exit {run.returncode}"
     )
     print(f"{protocol}: {line}")
     if scrape.seconds:

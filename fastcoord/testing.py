@@ -21,6 +21,13 @@ The mock cluster and the responder are peers for benchmarks; their hosts run as
 `python -m fastcoord.testing mock` and `python -m fastcoord.testing responder`, each
 printing `listening on HOST:PORT` as fastcoord does and serving until SIGTERM (or until
 their parent dies). CPU accounting of these processes is in fastcoord.testing_cpu.
+
+`fastcoord loadtest --master` runs its workers on any Spark; spark_standalone() starts a
+real standalone cluster on loopback for it, a master and its workers, the daemons of the
+installed pyspark:
+
+    with spark_standalone(tmp_path / "spark", workers=2, cores=2) as cluster:
+        ... "--master", cluster.master_url, "--workers", "4" ...
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +53,7 @@ import numpy as np
 import fastcoord
 from fastcoord.client.blocking import Connection
 from fastcoord.cluster.supervisor import free_ports
+from fastcoord.pipeline.java import java_home
 
 LOG_LEVEL_ENV = "FASTCOORD_TEST_SERVER_LOG_LEVEL"  # e.g. DEBUG: every request, to debug a test
 START_TIMEOUT_S = 30.0
@@ -70,6 +78,9 @@ class ServerProcess:
     data_dir: Path | None = None
     temporary: Path | None = None  # a directory made for it, removed by stop()
     admin_address: str | None = None  # where its admin port is, when not in its output
+    # Leads a process group of its own, signalled whole: the children it starts (a Spark
+    # worker's executors, their Python workers) end with it rather than outlive it.
+    group: bool = False
 
     @property
     def pid(self) -> int:
@@ -101,13 +112,14 @@ class ServerProcess:
         return Connection(self.host, self.port, timeout)
 
     def terminate(self) -> None:
-        """Ask it to stop (SIGTERM to its PID) without waiting: stop() waits."""
+        """Ask it to stop (SIGTERM to its PID, or its group) without waiting: stop() waits."""
         if self.process.poll() is None:
-            os.kill(self.pid, signal.SIGTERM)
+            self._signal(signal.SIGTERM)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM, wait up to `timeout` for it to exit, else SIGKILL; then remove the
-        directory made for it, if any."""
+        directory made for it, if any. A group leader's group gets the signals, and a
+        SIGKILL once it has exited: what it started and left behind goes too."""
         _running.pop(self.pid, None)
         try:
             if self.process.poll() is None:
@@ -115,12 +127,23 @@ class ServerProcess:
                 try:
                     self.process.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
-                    os.kill(self.pid, signal.SIGKILL)
+                    self._signal(signal.SIGKILL)
                     self.process.wait(timeout=timeout)
+            if self.group:
+                # Its PID stays its group's ID while any member lives, so this reaches
+                # only what it started.
+                with suppress(ProcessLookupError):
+                    os.killpg(self.pid, signal.SIGKILL)
         finally:
             if self.temporary is not None:
                 shutil.rmtree(self.temporary, ignore_errors=True)
                 self.temporary = None
+
+    def _signal(self, signum: int) -> None:
+        if self.group:
+            os.killpg(self.pid, signum)
+        else:
+            os.kill(self.pid, signum)
 
 
 _running: dict[int, ServerProcess] = {}  # stopped at exit, if a caller left any behind
@@ -401,6 +424,189 @@ def start_cluster(directory: Path, nodes: int, *args: str) -> ServerProcess:
     assert match is not None  # start() waited for it
     server.admin_address = f"{match.group(1)}:{match.group(2)}"
     return server
+
+
+# -- a standalone Spark cluster -------------------------------------------------------------
+
+SPARK_START_TIMEOUT_S = 60.0  # for the master, then for its workers: JVMs, on a busy machine
+SPARK_MASTER = r"Starting Spark master at (spark://[\d.]+:\d+)"
+SPARK_ALIVE = r"New state: ALIVE"  # elected leader: it accepts workers and applications
+SPARK_WORKER = r"Starting Spark worker ([\d.]+):(\d+) with"
+SPARK_REGISTERED = r"Successfully registered with master"
+LOG_TAIL_LINES = 30
+
+
+@dataclass(frozen=True)
+class SparkStandalone:
+    """A standalone Spark cluster on loopback (spark_standalone): where its master is, for
+    --master, and its daemons, each stopped by PID with its process group."""
+
+    master_url: str  # spark://127.0.0.1:PORT
+    web_ui: str  # the master's page, http://127.0.0.1:PORT
+    master: ServerProcess
+    workers: tuple[ServerProcess, ...]
+    cores: int  # each worker's
+
+    @property
+    def pids(self) -> list[int]:
+        """The master's PID, then each worker's."""
+        return [self.master.pid, *(w.pid for w in self.workers)]
+
+    @property
+    def slots(self) -> int:
+        """The tasks it runs at once (spark.task.cpus=1): a barrier stage's most."""
+        return len(self.workers) * self.cores
+
+
+def spark_class() -> Path:
+    """The installed pyspark's `bin/spark-class`, which runs a Spark daemon in the
+    foreground (the pip package has no sbin/start-master.sh, nor needs it)."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "bin" / "spark-class"
+
+
+def spark_env(directory: Path) -> dict[str, str]:
+    """The environment of a Spark daemon: the caller's fastcoord (child_env), which the
+    executors' Python workers import; the installed pyspark as SPARK_HOME, not another
+    that the caller's environment may name; a usable Java; loopback only."""
+    home, _ = java_home()
+    return {
+        **child_env(),
+        "SPARK_HOME": str(spark_class().parent.parent),
+        "JAVA_HOME": str(home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(directory / "logs"),
+        "PYSPARK_PYTHON": sys.executable,
+    }
+
+
+def start_spark_daemon(
+    name: str, argv: Sequence[str], directory: Path, log_path: Path, env: dict[str, str]
+) -> ServerProcess:
+    """Run a Spark daemon in a process group of its own, its output in `log_path`; not
+    waited for (spark_standalone waits for what each must log)."""
+    with open(log_path, "wb") as out:
+        process = subprocess.Popen(
+            list(argv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=directory,
+            env=env,
+            start_new_session=True,  # its executors join its group, and go with it
+        )
+    server = ServerProcess(name, process, "127.0.0.1", 0, log_path, group=True)
+    _running[server.pid] = server
+    return server
+
+
+@contextmanager
+def spark_standalone(
+    directory: Path, workers: int = 2, cores: int = 2
+) -> Iterator[SparkStandalone]:
+    """A standalone Spark master and `workers` workers of `cores` cores and 1 GiB each, on
+    free loopback ports, for the length of a `with` block: yielded once every worker has
+    registered with the master. Their output goes to `directory / "logs"` (master.log,
+    worker-N.log), worker N's applications to `directory / f"worker-{N}"`. Every daemon is
+    stopped by PID when the block ends, however it ends, its process group with it."""
+    logs = directory / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = spark_env(directory)
+    spark = str(spark_class())
+    port, web_port = free_ports(2)
+    daemons: list[ServerProcess] = []
+    try:
+        master = start_spark_daemon(
+            "spark master",
+            [
+                spark,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(web_port),
+            ],
+            directory,
+            logs / "master.log",
+            env,
+        )
+        daemons.append(master)
+        deadline = time.monotonic() + SPARK_START_TIMEOUT_S
+        master_url = _spark_wait(daemons, master, SPARK_MASTER, deadline).group(1)
+        master.port = port
+        _spark_wait(daemons, master, SPARK_ALIVE, deadline)
+
+        for n in range(workers):  # started together: their JVMs start in parallel
+            work_dir = directory / f"worker-{n}"
+            work_dir.mkdir(exist_ok=True)
+            daemons.append(
+                start_spark_daemon(
+                    f"spark worker {n}",
+                    [
+                        spark,
+                        "org.apache.spark.deploy.worker.Worker",
+                        master_url,
+                        "--host",
+                        "127.0.0.1",
+                        "--cores",
+                        str(cores),
+                        "--memory",
+                        "1g",
+                        "--webui-port",
+                        "0",
+                        "--work-dir",
+                        str(work_dir),
+                    ],
+                    directory,
+                    logs / f"worker-{n}.log",
+                    {**env, "SPARK_WORKER_DIR": str(work_dir)},
+                )
+            )
+        deadline = time.monotonic() + SPARK_START_TIMEOUT_S
+        for worker in daemons[1:]:
+            worker.port = int(_spark_wait(daemons, worker, SPARK_WORKER, deadline).group(2))
+            _spark_wait(daemons, worker, SPARK_REGISTERED, deadline)
+            # The master's word too: a worker counts once the master has it.
+            _spark_wait(
+                daemons, master, rf"Registering worker 127\.0\.0\.1:{worker.port} ", deadline
+            )
+        yield SparkStandalone(
+            master_url, f"http://127.0.0.1:{web_port}", master, tuple(daemons[1:]), cores
+        )
+    finally:
+        # The workers first, so that none of them is left looking for a master that is gone.
+        for daemon in reversed(daemons):
+            daemon.stop()
+
+
+def _spark_wait(
+    daemons: Sequence[ServerProcess], daemon: ServerProcess, pattern: str, deadline: float
+) -> re.Match[str]:
+    """What `daemon` logs that matches `pattern`; raises with the tail of every daemon's log
+    (a worker that does not register may be the master's doing) if it exits or the
+    deadline passes first."""
+    while True:
+        match = re.search(pattern, daemon.log())
+        if match:
+            return match
+        if daemon.process.poll() is not None:
+            problem: type[Exception] = RuntimeError
+            what = f"{daemon.name} exited early ({daemon.process.returncode})"
+        elif time.monotonic() > deadline:
+            problem = TimeoutError
+            what = f"{daemon.name} did not log {pattern!r} within {SPARK_START_TIMEOUT_S:.0f} s"
+        else:
+            time.sleep(0.1)
+            continue
+        tails = "".join(
+            f"\n--- {d.name} ({d.log_path}), its last lines:\n"
+            + "\n".join(d.log().splitlines()[-LOG_TAIL_LINES:])
+            for d in daemons
+        )
+        raise problem(what + tails)
 
 
 # -- the peers of benchmarks ----------------------------------------------------------------

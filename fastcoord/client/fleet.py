@@ -586,11 +586,15 @@ class Fleet:
         epoch = member.epoch
 
         def on_answer(response: Response | None, latency_ns: int) -> None:
-            if response is None or member.epoch != epoch or seat.down:
+            if response is None:
                 return
             assert isinstance(response, OffsetFetchResponse)
             node = seat.coordinator
+            # Answered, so counted, even when the member has moved on to another
+            # assignment meanwhile: the server's count and the run's agree.
             self.recorder.record(ApiKey.OFFSET_FETCH, latency_ns, response.error_code, node)
+            if member.epoch != epoch or seat.down:
+                return
             outcome = member.on_fetch(response, self.now_ms())
             if outcome is not Next.NOTHING:
                 if not response.error_code:  # a partition's error: not counted by record

@@ -607,7 +607,8 @@ class _Drive:
             except (EOFError, OSError):
                 self.done.add(n)
                 if self.stopping_at is None:
-                    self.end("cut short", f"worker {n} ended without a word")
+                    what = f"worker {n}" if self.o.master is None else f"worker {n}'s Spark task"
+                    self.end("cut short", f"{what} ended without a word")
                 continue
             self._hear(n, kind, body)
 

@@ -216,3 +216,4 @@ class SparkWorkers:
             self.spark.sparkContext.cancelJobGroup("fastcoord-loadtest")
             self._stage.join(timeout=30)
         self.listener.close()
+        self.spark.stop()
