@@ -169,6 +169,14 @@ def check_distributed_run(
         api: a["count"] for api, a in s["apis"].items()
     }
     assert sum(r["errors"] for r in by_api.values()) == s["requests"]["errors"]
+    # Its percentiles too: the workers' histograms, merged by the report per second, give
+    # the driver's (from the same buckets, to the microsecond).
+    whole = [r for r in table(report / "tables", "latency_phases") if r["phase"] == "run"]
+    assert {r["api"] for r in whole} == set(s["apis"])
+    for r in whole:
+        api = s["apis"][r["api"]]
+        for figure in ("p50_ms", "p99_ms", "max_ms"):
+            assert r[figure] == pytest.approx(api[figure], abs=0.0011), (r["api"], figure)
     states = table(report / "tables", "member_states")
     assert max(r["stable"] for r in states) == 50 * workers
     return s

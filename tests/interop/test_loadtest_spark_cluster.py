@@ -21,7 +21,12 @@ CORES = 2
 WORKERS = DAEMONS * CORES  # a barrier stage needs every slot at once
 
 
-def test_four_workers_on_a_standalone_cluster(server: ServerProcess, tmp_path: Path) -> None:
+def test_four_workers_on_a_standalone_cluster(
+    server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The driver on loopback too, as the cluster is: on a master other than local, Spark
+    # would take the machine's first address that is not loopback (the run inherits this).
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
     with spark_standalone(tmp_path / "spark", workers=DAEMONS, cores=CORES) as cluster:
         assert cluster.slots == WORKERS
         s = check_distributed_run(server, tmp_path, cluster.master_url, WORKERS)
