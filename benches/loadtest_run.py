@@ -11,6 +11,11 @@ the generator's share of a core. `--group-protocol consumer` runs members of the
 group protocol instead, `both` runs each in turn against its own fresh server (classic
 first), at the same heartbeat interval (the server's `group.consumer.heartbeat.interval.ms`
 set to `--heartbeat-interval-ms`), and prints the two side by side. With
+`--master URL --workers W` runs the generator's workers as a Spark stage (`local[2]`, ...)
+rather than `--processes`: the window is then counted from the start the workers agreed,
+read from the running summary.json, and the line adds the start spread. The line always
+gives the generator's CPU twice: the workers' own (their tables), and that of every
+process of the load test (driver, Spark's JVM and tasks, workers) over the window. With
 `--scrape-every S` the server's admin port is on and
 scraped (`GET /metrics`) every S seconds through the run, and `GET /v1/groups` once in the
 window, each timed: what watching a server of that size costs it. Nothing here runs at

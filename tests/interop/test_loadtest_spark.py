@@ -21,6 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastcoord.client.admin import AdminClient
+from fastcoord.loadtest import barrier
 from fastcoord.testing import ServerProcess, child_env, fastcoord_server
 from tests.interop.test_loadtest import FAST, SERVER_ARGS, loadtest_command, summary, table
 
@@ -216,7 +217,9 @@ def test_a_killed_worker_ends_the_run_naming_it(server: ServerProcess, tmp_path:
     ) as run:
         try:
             pid = _worker_pid(out, 2, run)
-            time.sleep(3)  # mid-run: every worker's members are heartbeating
+            # Mid-run, every worker's members heartbeating, and every worker's tables
+            # flushed once: Spark then kills the other tasks, which keep what they flushed.
+            time.sleep(barrier.FLUSH_S + 1)
             os.kill(pid, signal.SIGKILL)
             stdout, stderr = run.communicate(timeout=60)
         finally:
