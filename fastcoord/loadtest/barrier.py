@@ -33,15 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from fastcoord.client.fleet import FleetConfig
-from fastcoord.loadtest import scenarios, worker
+from fastcoord.loadtest import results, scenarios, worker
 from fastcoord.loadtest.aggregate import Aggregator, Thresholds
 from fastcoord.loadtest.stats import Second
 from fastcoord.loadtest.summary import split
 
 START_DELAY_S = 1.0  # from the last worker's readiness to the start: the gather's own time
 WAITING_TIMEOUT_S = 120.0  # for a worker process to import and say it waits
-FLUSH_S = 5  # as the parent's: a killed worker loses at most this much of its tables
-FILES_KEPT = 64  # a worker's own files besides its connections (run.FILES_KEPT)
 WORKER_TABLES = ("latency", "states", "errors", "rebalances")
 
 
@@ -92,7 +90,7 @@ def refused(job: TaskJob, gathered: list[dict[str, Any]]) -> str | None:
         if g.get("problem"):
             return f"{where}: {g['problem']}"
         need = job.connections[g["worker"]] + 1  # and the bootstrap's
-        allowed = g["files"] - FILES_KEPT
+        allowed = g["files"] - worker.FILES_KEPT
         if need > allowed:
             return (
                 f"{where} may open {g['files']} files ({allowed} for connections), but its "
@@ -180,7 +178,7 @@ class _Task:
             tables=WORKER_TABLES,
         )
         aggregator.start(round(start * 1000))
-        next_flush = time.time() + FLUSH_S
+        next_flush = time.time() + results.FLUSH_S
         driver_gone = False
         while True:
             channels: list[Any] = [self.child] if driver_gone else [self.child, self.driver]
@@ -214,7 +212,7 @@ class _Task:
                     return totals
                 self.tell((kind, body))  # ready, failed
             if time.time() >= next_flush:
-                next_flush = time.time() + FLUSH_S
+                next_flush = time.time() + results.FLUSH_S
                 aggregator.flush()
 
     def _death(self) -> str:
@@ -266,11 +264,11 @@ def _unreachable(bootstrap: tuple[str, int], timeout_s: float) -> str | None:
     import trio
 
     from fastcoord.client.connection import connect_reason
-    from fastcoord.loadtest.run import _probe
+    from fastcoord.loadtest.run import ask_metadata
 
     host, port = bootstrap
     try:
-        trio.run(_probe, bootstrap, timeout_s)
+        trio.run(ask_metadata, bootstrap, timeout_s)
     except Exception as exc:
         return f"cannot reach the bootstrap {host}:{port} ({connect_reason(exc)})"
     return None

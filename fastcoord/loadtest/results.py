@@ -116,6 +116,7 @@ SCHEMAS = {
 }
 SUMMARY = "summary.json"
 PART = "part-{:05d}.parquet"
+FLUSH_S = 5  # between flushes: a killed run loses at most this much of its tables
 WORKER_PART = "part-w{:04d}-{:05d}.parquet"  # a distributed run's worker's own part files
 
 

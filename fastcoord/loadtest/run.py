@@ -49,8 +49,6 @@ from fastcoord.protocol.messages import MetadataRequest, MetadataResponse
 
 PASSED, EXCEEDED, CANNOT_START, CUT_SHORT, INTERRUPTED = 0, 1, 2, 3, 130
 TERMINATED = 128 + signal.SIGTERM  # 143, as a process ended by SIGTERM
-FLUSH_S = 5  # a killed run loses at most this much of its tables
-FILES_KEPT = 64  # a worker's own files besides its connections: pipes, logs, libraries
 STOP_GRACE_S = worker.LEAVE_TIMEOUT_S + 15  # after the deadline, before workers are told to stop
 START_TIMEOUT_S = 180  # for a distributed run's workers to agree on a start
 # Each worker of a distributed run in summary.json: where it ran, when it was ready, the
@@ -140,7 +138,7 @@ def check_file_limit(o: Options, nodes: int = 1) -> None:
         return
     counts = connections_per_worker(o, nodes)
     per_worker = max(counts) + 1  # and the bootstrap's
-    allowed = hard - FILES_KEPT
+    allowed = hard - worker.FILES_KEPT
     if per_worker <= allowed:
         return
     processes = math.ceil(sum(counts) / (allowed - 1))
@@ -163,7 +161,7 @@ class Server:
     nodes: int  # the brokers its Metadata lists: a cluster's nodes, 1 for a lone server
 
 
-async def _probe(
+async def ask_metadata(
     address: tuple[str, int], timeout_s: float, wanted: dict[int, int] | None = None
 ) -> tuple[str | None, dict[int, int], int]:
     """The broker's cluster id, from a Metadata request on a fresh connection, the
@@ -186,7 +184,7 @@ def probe(o: Options, address: tuple[str, int]) -> Server:
     consumer = o.group_protocol == "consumer"
     try:
         cluster_id, versions, nodes = trio.run(
-            _probe, address, 10.0, CONSUMER_WANTED if consumer else None
+            ask_metadata, address, 10.0, CONSUMER_WANTED if consumer else None
         )
     except Exception as exc:
         raise CannotStart(
@@ -548,7 +546,7 @@ class _Drive:
                         display.update(self.aggregator.snapshot())
                     if now >= next_flush and self.started is not None:
                         # Each flush is a file per table: every few seconds, not every second.
-                        next_flush = now + FLUSH_S
+                        next_flush = now + results.FLUSH_S
                         self._note_workers()
                         if self.sampling is not None:
                             self.aggregator.add_server(*self.sampling.take())

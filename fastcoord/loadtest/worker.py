@@ -40,6 +40,7 @@ from fastcoord.server import collector
 from fastcoord.server.startup import raise_file_limit
 
 LEAVE_TIMEOUT_S = 5.0
+FILES_KEPT = 64  # a worker's own files besides its connections: pipes, logs, libraries
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastcoord.client.admin import AdminClient
-from fastcoord.loadtest import barrier
+from fastcoord.loadtest import results
 from fastcoord.testing import ServerProcess, child_env, fastcoord_server
-from tests.interop.test_loadtest import FAST, SERVER_ARGS, loadtest_command, summary, table
+from tests.interop.test_loadtest import (
+    FAST,
+    SERVER_ARGS,
+    loadtest,
+    loadtest_command,
+    summary,
+    table,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -46,21 +53,9 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         yield running
 
 
-def spark_loadtest(
-    server: ServerProcess, out: Path, master: str, workers: int, *args: str
-) -> list[str]:
-    return loadtest_command(
-        server.bootstrap,
-        out,
-        "--master",
-        master,
-        "--workers",
-        str(workers),
-        "--admin",
-        server.admin,
-        *args,
-        *FAST,
-    )
+def spark_args(server: ServerProcess, master: str, workers: int, *args: str) -> tuple[str, ...]:
+    """A load test's arguments for `workers` workers on `master`, with FAST timings."""
+    return ("--master", master, "--workers", str(workers), "--admin", server.admin, *args, *FAST)
 
 
 def served(server: ServerProcess) -> dict[str, int]:
@@ -82,22 +77,12 @@ def check_distributed_run(
     schedule.write_text(SCHEDULE)
     out = tmp_path / "run"
     before = served(server)
-    command = spark_loadtest(
-        server,
+    args = ("--members", str(50 * workers), "--groups", str(2 * workers), "--duration", "10")
+    result = loadtest(
+        server.bootstrap,
         out,
-        master,
-        workers,
-        "--members",
-        str(50 * workers),
-        "--groups",
-        str(2 * workers),
-        "--duration",
-        "10",
-        "--faults",
-        str(schedule),
-    )
-    result = subprocess.run(
-        command, capture_output=True, text=True, timeout=240, env=child_env(), check=False
+        *spark_args(server, master, workers, *args, "--faults", str(schedule)),
+        timeout=240,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     s = summary(out)
@@ -190,14 +175,8 @@ def test_four_workers_on_local_spark(server: ServerProcess, tmp_path: Path) -> N
 
 def test_too_few_slots_are_refused_at_once(server: ServerProcess, tmp_path: Path) -> None:
     began = time.monotonic()
-    result = subprocess.run(
-        spark_loadtest(server, tmp_path / "run", "local[2]", 3, "--members", "30"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=child_env(),
-        check=False,
-    )
+    args = spark_args(server, "local[2]", 3, "--members", "30")
+    result = loadtest(server.bootstrap, tmp_path / "run", *args, timeout=60)
     assert time.monotonic() - began < 10
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
@@ -209,9 +188,8 @@ def test_too_few_slots_are_refused_at_once(server: ServerProcess, tmp_path: Path
 
 def test_a_killed_worker_ends_the_run_naming_it(server: ServerProcess, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    command = spark_loadtest(
-        server, out, f"local[{WORKERS}]", WORKERS, "--members", "120", "--duration", "60"
-    )
+    args = spark_args(server, f"local[{WORKERS}]", WORKERS, "--members", "120", "--duration", "60")
+    command = loadtest_command(server.bootstrap, out, *args)
     with subprocess.Popen(
         command, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as run:
@@ -219,7 +197,7 @@ def test_a_killed_worker_ends_the_run_naming_it(server: ServerProcess, tmp_path:
             pid = _worker_pid(out, 2, run)
             # Mid-run, every worker's members heartbeating, and every worker's tables
             # flushed once: Spark then kills the other tasks, which keep what they flushed.
-            time.sleep(barrier.FLUSH_S + 1)
+            time.sleep(results.FLUSH_S + 1)
             os.kill(pid, signal.SIGKILL)
             stdout, stderr = run.communicate(timeout=60)
         finally:

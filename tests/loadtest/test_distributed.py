@@ -15,8 +15,9 @@ import pytest
 from fastcoord.client.fleet import FleetConfig
 from fastcoord.loadtest import spark
 from fastcoord.loadtest.aggregate import Aggregator, Thresholds
-from fastcoord.loadtest.barrier import FILES_KEPT, TaskJob, refused
+from fastcoord.loadtest.barrier import TaskJob, refused
 from fastcoord.loadtest.scenarios import Plan
+from fastcoord.loadtest.worker import FILES_KEPT
 from tests.loadtest.workers import second
 
 THRESHOLDS = Thresholds(None, None)
