@@ -23,6 +23,9 @@ import msgspec
 from fastcoord.cluster.routing import Cluster, Node, parse_nodes
 from fastcoord.core.config import GroupConfig
 from fastcoord.faults import FaultError, FaultRule, compile_rule
+from fastcoord.security import credentials
+from fastcoord.security.entries import AclEntry, User
+from fastcoord.security.listeners import Listener, parse_listeners
 from fastcoord.setting import (
     ADMIN,
     INT32_MAX,
@@ -30,6 +33,7 @@ from fastcoord.setting import (
     LISTENER,
     LOGGING,
     OFFSETS_LOG,
+    SECURITY,
     TOPICS,
     Doc,
     kafka_name,
@@ -37,6 +41,14 @@ from fastcoord.setting import (
 from fastcoord.setting import bounded as _int
 
 TRUE_WORDS = ("true", "yes", "on", "1")
+SECRETS = ("ssl.key.password",)  # never printed: --print-config says only that it is set
+# authorizer.class.name: off, or ACLs as Kafka's standard authorizers check them
+AUTHORIZERS = (
+    "",
+    "StandardAuthorizer",
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+)
 FALSE_WORDS = ("false", "no", "off", "0")
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -207,6 +219,122 @@ class ServerConfig(
         ),
     ] = []
 
+    # -- security: listeners, TLS, SASL, ACLs (docs/security.md)
+    listeners: Annotated[
+        list[str],
+        Doc(
+            SECURITY,
+            "listeners NAME://HOST:PORT, each on its own port (PLAINTEXT, SSL, "
+            "SASL_PLAINTEXT, SASL_SSL, or names mapped in listener.security.protocol.map); "
+            "the first is the one Metadata and FindCoordinator name to a client of another",
+            default="PLAINTEXT://host:port",
+        ),
+    ] = []
+    listener_security_protocol_map: Annotated[
+        list[str],
+        Doc(SECURITY, "NAME:PROTOCOL for listeners not named after their protocol"),
+    ] = []
+    listener_name: Annotated[
+        dict[str, dict[str, str]],
+        Doc(
+            SECURITY,
+            "a listener's own sasl.enabled.mechanisms or ssl.client.auth: "
+            "listener.name.NAME.SETTING = VALUE in the file, --listener-name "
+            "NAME.SETTING=VALUE as a flag",
+            default="none",
+        ),
+    ] = {}
+    sasl_enabled_mechanisms: Annotated[
+        list[str],
+        Doc(
+            SECURITY,
+            "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+            default="all three",
+        ),
+    ] = msgspec.field(default_factory=lambda: ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    user: Annotated[
+        list[User],
+        Doc(
+            SECURITY,
+            "a SASL user: NAME:PASSWORD, or JSON with name, password or credentials, "
+            "mechanisms (repeatable; [[user]] tables in the file); passwords are kept only "
+            "as credentials",
+        ),
+    ] = []
+    sasl_server_max_receive_size: Annotated[
+        int, _int(64, 1 << 24), Doc(SECURITY, "largest SASL message before login", "bytes")
+    ] = 524_288
+    sasl_authentication_timeout_ms: Annotated[
+        int, _int(1), Doc(SECURITY, "a SASL login not done in this time is closed", "ms")
+    ] = 10_000
+    connection_failed_authentication_delay_ms: Annotated[
+        int,
+        _int(0),
+        Doc(SECURITY, "a failed login's connection is closed this long after its answer", "ms"),
+    ] = 100
+    connections_max_reauth_ms: Annotated[
+        int,
+        _int(0),
+        Doc(
+            SECURITY,
+            "a SASL session's lifetime; the client re-authenticates on its connection "
+            "before it ends, else the connection is closed at its next request; 0: no limit",
+            "ms",
+        ),
+    ] = 0
+    ssl_keystore_location: Annotated[
+        str,
+        Doc(
+            SECURITY,
+            "PEM file of the server's certificate chain (and key, unless ssl.key.location)",
+            default="none",
+        ),
+    ] = ""
+    ssl_key_location: Annotated[
+        str, Doc(SECURITY, "PEM file of the server's private key", default="in the keystore")
+    ] = ""
+    ssl_key_password: Annotated[
+        str, Doc(SECURITY, "the private key's password", default="none")
+    ] = ""
+    ssl_truststore_location: Annotated[
+        str,
+        Doc(
+            SECURITY,
+            "PEM file of the CAs that client certificates are checked against",
+            default="none",
+        ),
+    ] = ""
+    ssl_client_auth: Annotated[
+        Literal["none", "requested", "required"],
+        Doc(SECURITY, "TLS client certificates: none, requested, required"),
+    ] = "none"
+    ssl_handshake_timeout_ms: Annotated[
+        int, _int(1), Doc(SECURITY, "a TLS handshake not done in this time is closed", "ms")
+    ] = 10_000
+    authorizer_class_name: Annotated[
+        str,
+        Doc(
+            SECURITY,
+            "ACLs are checked when set (StandardAuthorizer, or Kafka's class names of it "
+            "or AclAuthorizer); empty: every request is allowed",
+            default="none",
+        ),
+    ] = ""
+    super_users: Annotated[
+        list[str], Doc(SECURITY, "principals allowed everything: User:NAME;User:NAME")
+    ] = []
+    allow_everyone_if_no_acl_found: Annotated[
+        bool, Doc(SECURITY, "a resource no ACL names is open to all (Kafka's default: no)")
+    ] = False
+    acl: Annotated[
+        list[AclEntry],
+        Doc(
+            SECURITY,
+            "an ACL from the start, as JSON (repeatable; [[acl]] tables in the file): "
+            "principal, resource_type, resource_name, operation, permission, pattern_type",
+        ),
+    ] = []
+
     def __post_init__(self) -> None:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError(
@@ -244,6 +372,46 @@ class ServerConfig(
                 compile_rule(rule, 0, 0)
             except FaultError as exc:
                 raise ValueError(f"fault: {exc}") from None
+        parsed = self.listener_list()
+        if self.cluster and self.listeners:
+            raise ValueError(
+                "listeners: a cluster's nodes listen at their cluster list address; "
+                "several listeners per node are not supported in a cluster"
+            )
+        if any(listener.tls for listener in parsed) and not self.ssl_keystore_location:
+            raise ValueError("ssl.keystore.location: a TLS listener needs a certificate")
+        if self.authorizer_class_name not in AUTHORIZERS:
+            raise ValueError(
+                f"authorizer.class.name: {self.authorizer_class_name!r} is not one of "
+                f"{', '.join(a for a in AUTHORIZERS if a)}"
+            )
+        names = [user.name for user in self.user]
+        if len(set(names)) != len(names):
+            raise ValueError("user: a user is given twice")
+        from fastcoord.security.acl import binding_from_entry
+
+        for entry in self.acl:
+            try:
+                binding_from_entry(entry)
+            except ValueError as exc:
+                raise ValueError(f"acl: {exc}") from None
+        for principal in self.super_users:
+            if not principal.startswith("User:"):
+                raise ValueError(f"super.users: {principal!r} is not User:NAME")
+
+    def listener_list(self) -> tuple[Listener, ...]:
+        """The listeners, parsed and checked (one PLAINTEXT at host:port when none are
+        given)."""
+        host, port = self.listen_address()
+        return parse_listeners(
+            self.listeners,
+            self.listener_security_protocol_map,
+            self.sasl_enabled_mechanisms,
+            self.ssl_client_auth,
+            self.listener_name,
+            host,
+            port,
+        )
 
     def group_config(self) -> GroupConfig:
         """The core's part alone, as a GroupConfig."""
@@ -415,6 +583,21 @@ def _words(values: dict[str, Any]) -> dict[str, Any]:
         if setting is not None and setting.attr == "fault" and isinstance(value, list):
             out[name] = [_json_rule(v) if isinstance(v, str) else v for v in value]
             continue
+        if setting is not None and setting.attr == "acl" and isinstance(value, list):
+            out[name] = [_json("acl", v) if isinstance(v, str) else v for v in value]
+            continue
+        if setting is not None and setting.attr == "user":
+            out[name] = [_user(v) for v in (value if isinstance(value, list) else [value])]
+            continue
+        if setting is not None and setting.attr == "super_users" and isinstance(value, str):
+            out[name] = [v.strip() for v in value.replace(";", ",").split(",") if v.strip()]
+            continue
+        if setting is not None and setting.attr == "listeners" and isinstance(value, list):
+            out[name] = [v.strip() for text in value for v in str(text).split(",") if v.strip()]
+            continue
+        if setting is not None and setting.attr == "listener_name" and isinstance(value, list):
+            out[name] = _per_listener(value)
+            continue
         if setting is None or not isinstance(value, str):
             continue
         if typing.get_origin(_unwrap(setting.type)[0]) in (list, tuple):
@@ -429,6 +612,45 @@ def _words(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _json(setting: str, text: str) -> Any:
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{setting}: not JSON: {exc}") from None
+
+
+def _user(value: Any) -> Any:
+    """A user as written (NAME:PASSWORD, JSON, or a table), as the server keeps it: its
+    password converted to credentials, here, once."""
+    if isinstance(value, str):
+        if value.lstrip().startswith("{"):
+            value = _json("user", value)
+        else:
+            name, sep, password = value.partition(":")
+            if not sep:
+                raise ConfigError(f"user: {value.split(':')[0]!r} is not NAME:PASSWORD or JSON")
+            value = {"name": name, "password": password}
+    try:
+        user = msgspec.convert(value, User)
+        return msgspec.to_builtins(credentials.convert(user))
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"user: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _per_listener(entries: list[str]) -> dict[str, dict[str, str]]:
+    """--listener-name NAME.SETTING=VALUE flags, as the file's listener.name tables."""
+    out: dict[str, dict[str, str]] = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        listener, dot, setting = key.partition(".")
+        if not sep or not dot or not setting:
+            raise ConfigError(f"listener.name: {entry!r} is not NAME.SETTING=VALUE")
+        out.setdefault(listener, {})[setting] = value
+    return out
+
+
 def _json_rule(text: str) -> Any:
     try:
         return msgspec.json.decode(text)
@@ -437,10 +659,21 @@ def _json_rule(text: str) -> Any:
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    # TOML reads `group.max.size = 5` as nested tables; Kafka's names are flat.
+    # TOML reads `group.max.size = 5` as nested tables; Kafka's names are flat. A listener's
+    # own settings (listener.name.NAME.SETTING) stay a table of their own.
     out: dict[str, Any] = {}
     for key, value in table.items():
         name = f"{prefix}{key}"
+        if name == "listener.name" and isinstance(value, dict):
+            out[name] = {
+                listener: {
+                    setting: ",".join(v) if isinstance(v, list) else str(v)
+                    for setting, v in _flatten(settings).items()
+                }
+                for listener, settings in value.items()
+                if isinstance(settings, dict)
+            }
+            continue
         if isinstance(value, dict):
             out.update(_flatten(value, f"{name}."))
         else:
@@ -488,6 +721,9 @@ def to_toml(config: ServerConfig) -> str:
             for rule in value:
                 tables.append("\n[[fault]]")
                 tables.extend(f"{k} = {_toml_value(v)}" for k, v in rule.items())
+            continue
+        if name in SECRETS and value:
+            lines.append(f"# {name} is set (not shown)")
             continue
         words = BY_NAME[name].doc.words
         word = next((w for w, meant in words.items() if meant == value), None)

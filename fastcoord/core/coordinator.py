@@ -9,7 +9,8 @@ come back through `complete_append(token, error, now_ms)` once their records are
 Like Kafka's GroupCoordinatorShard it holds the parts and routes between them: the group
 manager owns the groups and the member table, the offset manager owns the offsets, and
 the runtime owns timers and appends. The coordinator routes requests, timers and replayed
-records to them, and does what spans both (cleanup.py: DeleteGroups, offset expiry).
+records to them, and does what spans both (cleanup.py: DeleteGroups, offset expiry). The
+ACLs that clients create live in the same log, and their part (acls.py) here too.
 
 Timers are keyed (Kafka's new coordinator's CoordinatorTimer): ("heartbeat", group, member),
 ("pending", group, member), ("join", group), ("sync", group), ("retention",), and for
@@ -27,6 +28,7 @@ from types import MethodType
 from typing import Any
 
 from fastcoord.core import admin, cleanup, offsets
+from fastcoord.core.acls import AclManager
 from fastcoord.core.classic import join, leave, rebalance, records, responses, session, sync
 from fastcoord.core.config import GroupConfig
 from fastcoord.core.consumer import describe as consumer_describe
@@ -41,6 +43,8 @@ from fastcoord.core.native import member_table, timing_wheel
 from fastcoord.core.offset_manager import OffsetManager
 from fastcoord.core.records import (
     CONSUMER_GROUP_KEYS,
+    AclKey,
+    AclValue,
     GroupMetadataKey,
     GroupMetadataValue,
     LogEntry,
@@ -56,7 +60,10 @@ from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
+    CreateAclsRequest,
+    DeleteAclsRequest,
     DeleteGroupsRequest,
+    DescribeAclsRequest,
     DescribeGroupsRequest,
     HeartbeatRequest,
     JoinGroupRequest,
@@ -96,6 +103,7 @@ class Coordinator:
         self.runtime = Runtime(self.config, self.wheel, self.partition_for, now_ms)
         self.group_manager = GroupManager(self.runtime, self.table, new_member_id, topics)
         self.offset_manager = OffsetManager(self.runtime, GroupsView(self.group_manager))
+        self.acls = AclManager(self.runtime)
         self.groups: dict[str, Group] = self.group_manager.groups
         self.consumer_groups = self.group_manager.consumer_groups
         # heartbeat(group_id, member_id, generation, group_instance_id, version, now_ms): a
@@ -124,6 +132,9 @@ class Coordinator:
             ConsumerGroupDescribeRequest: self._on(
                 consumer_describe.consumer_group_describe, self.group_manager
             ),
+            DescribeAclsRequest: self._on(AclManager.describe_acls, self.acls),
+            CreateAclsRequest: self._on(AclManager.create_acls, self.acls),
+            DeleteAclsRequest: self._on(AclManager.delete_acls, self.acls),
         }
         self.schedule(("retention",), now_ms + self.config.offsets_retention_check_interval_ms)
 
@@ -279,7 +290,7 @@ class Coordinator:
 
     def replay(self, record: LogEntry, now_ms: int, loading: bool = False) -> None:
         """Apply one durable record, or an OffsetCommit's records together: the only way
-        offsets and group metadata change.
+        offsets, group metadata and the ACLs of the log change.
 
         Used live (loading=False, when a write becomes durable) and at load (replaying the
         log, loading=True).
@@ -298,6 +309,9 @@ class Coordinator:
             assert value is None or isinstance(value, GroupMetadataValue)
             has_offsets = om.has_offsets(key.group)
             records.replay_group(self.group_manager, key.group, value, now_ms, loading, has_offsets)
+        elif isinstance(key, AclKey):
+            assert value is None or isinstance(value, AclValue)
+            self.acls.replay(key, value is not None, loading)
         else:
             raise TypeError(f"unknown record key {key!r}")
 

@@ -16,6 +16,7 @@ records one by one, exactly as if they had been written singly.
 from __future__ import annotations
 
 import uuid
+from typing import ClassVar
 
 import msgspec
 
@@ -169,8 +170,34 @@ CONSUMER_GROUP_VALUES = (
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupCurrentMemberAssignmentValue,
 )
-RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey
-RecordValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue
+
+# ACLs (CreateAcls, DeleteAcls) are written to the same log, one record per binding: the
+# key is the binding, a value says it exists, a tombstone deletes it, so compaction keeps
+# exactly the ACLs in force. Kafka keeps them in its metadata log instead; the tag is
+# outside the coordinator's record types. They all go to offsets partition 0 (which the
+# cluster's controller, its lowest node id, owns): the group they are routed by is "",
+# whose Java hash is 0, so partition_for gives 0 whatever the partition count.
+ACL_PARTITION = 0
+
+
+class AclKey(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=64):
+    group: ClassVar[str] = ""  # what Record.group_id routes by: partition 0
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+class AclValue(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=64):
+    """The ACL its key names exists."""
+
+
+RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | AclKey
+RecordValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue | AclValue
 
 
 class Record(msgspec.Struct, frozen=True, array_like=True, gc=False):

@@ -18,6 +18,7 @@ from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.commit_batch import OffsetCommitAnswer, OffsetCommitBatch
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
+    AclCreationResult,
     ApiVersion,
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -27,9 +28,16 @@ from fastcoord.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
     Coordinator,
+    CreateAclsRequest,
+    CreateAclsResponse,
     DeletableGroupResult,
+    DeleteAclsFilterResult,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -65,6 +73,10 @@ from fastcoord.protocol.messages import (
     OffsetFetchResponsePartition,
     OffsetFetchResponseTopic,
     PartitionData,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -260,6 +272,43 @@ def _api_versions(request: ApiVersionsRequest, version: int, code: int) -> ApiVe
     return ApiVersionsResponse(error_code=code, api_keys=api_keys)
 
 
+# -- SASL: what a request of the exchange gets outside its turn ----------------------------
+
+
+def _sasl_handshake(
+    request: SaslHandshakeRequest, version: int, code: int
+) -> SaslHandshakeResponse:
+    # Kafka lists no mechanisms with an error (SaslHandshakeRequest.getErrorResponse); only
+    # the UNSUPPORTED_SASL_MECHANISM answer of the exchange itself names the enabled ones.
+    return SaslHandshakeResponse(error_code=code, mechanisms=[])
+
+
+def _sasl_authenticate(
+    request: SaslAuthenticateRequest, version: int, code: int
+) -> SaslAuthenticateResponse:
+    # No token and no session lifetime; Kafka's message is its exception's, and fastcoord has
+    # no text for every code (the field is nullable in every version).
+    return SaslAuthenticateResponse(error_code=code, error_message=None, auth_bytes=b"")
+
+
+# -- ACLs ---------------------------------------------------------------------------------
+
+
+def _describe_acls(request: DescribeAclsRequest, version: int, code: int) -> DescribeAclsResponse:
+    # Kafka also sends its exception's message; fastcoord has no text for every code.
+    return DescribeAclsResponse(error_code=code, error_message=None, resources=[])
+
+
+def _create_acls(request: CreateAclsRequest, version: int, code: int) -> CreateAclsResponse:
+    return CreateAclsResponse(results=[AclCreationResult(code, None) for _ in request.creations])
+
+
+def _delete_acls(request: DeleteAclsRequest, version: int, code: int) -> DeleteAclsResponse:
+    return DeleteAclsResponse(
+        filter_results=[DeleteAclsFilterResult(code, None, []) for _ in request.filters]
+    )
+
+
 # -- the broker's answers: metadata, offsets by time, fetch ---------------------------------
 
 
@@ -347,7 +396,12 @@ _BUILDERS: dict[type[Any], Callable[[Any, int, int], Answer]] = {
     SyncGroupRequest: _sync_group,
     DescribeGroupsRequest: _describe_groups,
     ListGroupsRequest: _list_groups,
+    SaslHandshakeRequest: _sasl_handshake,
     ApiVersionsRequest: _api_versions,
+    DescribeAclsRequest: _describe_acls,
+    CreateAclsRequest: _create_acls,
+    DeleteAclsRequest: _delete_acls,
+    SaslAuthenticateRequest: _sasl_authenticate,
     DeleteGroupsRequest: _delete_groups,
     OffsetDeleteRequest: _offset_delete,
     ConsumerGroupHeartbeatRequest: _consumer_group_heartbeat,

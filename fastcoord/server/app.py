@@ -40,9 +40,11 @@ from fastcoord.config import ServerConfig
 from fastcoord.core.coordinator import Coordinator
 from fastcoord.core.group import Group
 from fastcoord.core.native import timing_wheel
+from fastcoord.core.records import ACL_PARTITION
 from fastcoord.core.result import Event, Result
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.commit_batch import OffsetCommitBatch
+from fastcoord.protocol.error_responses import error_response
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.headers import RequestHeader
 from fastcoord.protocol.messages import (
@@ -53,14 +55,21 @@ from fastcoord.protocol.messages import (
     HeartbeatResponse,
     ListOffsetsRequest,
     MetadataRequest,
+    SaslAuthenticateRequest,
+    SaslHandshakeRequest,
 )
 from fastcoord.protocol.schema import Request
 from fastcoord.protocol.versions import api_versions_response
+from fastcoord.security.acl import Authorizer, binding_from_entry
+from fastcoord.security.listeners import Listener
+from fastcoord.security.sasl import Users
 from fastcoord.server import collector, startup
 from fastcoord.server.admin import Admin
 from fastcoord.server.admin import serve as admin_serve
+from fastcoord.server.authorization import Authorization
 from fastcoord.server.broker import Broker
 from fastcoord.server.connection import Connection, Slot
+from fastcoord.server.endpoint import Endpoint, endpoints
 from fastcoord.server.event_log import EventLog
 from fastcoord.server.fault_injection import FaultInjector
 from fastcoord.server.load_progress import LoadProgress
@@ -83,6 +92,9 @@ TIMERS_PER_STEP = 1000
 HEARTBEAT = int(ApiKey.HEARTBEAT)
 CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
+# How often requests kept until the ACLs are loaded look again (partition 0 loads first).
+ADMISSION_RETRY_MS = 10
+SASL_REQUESTS = (SaslHandshakeRequest, SaslAuthenticateRequest)
 
 
 def now_ms() -> int:
@@ -127,6 +139,13 @@ class Server:
         self.metrics = Metrics()
         self.injector = FaultInjector(self)
         self.faults = self.injector.faults
+        # ACLs (authorizer.class.name): every request is checked before anything else sees
+        # it. None when they are off, and then dispatch pays one comparison for them.
+        self.authorization: Authorization | None = None
+        # Requests kept until the ACLs of the log are loaded, in the order they came.
+        self._deferred: list[tuple[Slot, RequestHeader | None, Request | OffsetCommitBatch]] = []
+        if config.authorizer_class_name:
+            self.authorization = self._authorization()
 
     now_ms = staticmethod(now_ms)
 
@@ -146,6 +165,12 @@ class Server:
         ):
             return None
         return co.table if co.table_answers_heartbeats() else None
+
+    def fast_path_allowed(self, principal: str) -> bool:
+        """Whether `principal`'s heartbeats may skip authorization (the member table's fast
+        path and the reactor do not check ACLs): with authorization off, or for a super
+        user, whom ACLs never deny."""
+        return not self.config.authorizer_class_name or principal in self.config.super_users
 
     # -- what a scrape and the admin port read (metrics.MetricsSource, admin.AdminHost) -------
 
@@ -177,7 +202,15 @@ class Server:
     def dispatch(
         self, slot: Slot, header: RequestHeader, request: Request | OffsetCommitBatch
     ) -> None:
-        """A request read: the fault rules' first, if any is in force, else handle it."""
+        """A request read: authorization's first when ACLs are checked (a refusal is
+        answered there), then the fault rules', if any is in force, else handle it."""
+        authorization = self.authorization
+        if authorization is not None:
+            admitted = authorization.admit(slot, header, request)
+            if admitted is None:
+                self._refused(slot, header.api_key)
+                return
+            request = admitted
         if self.faults.live and self.injector.intercept(slot, header, request):
             return
         self.handle(slot, header, request)
@@ -207,9 +240,17 @@ class Server:
         elif isinstance(request, ApiVersionsRequest):
             slot.answer(api_versions_response())
         elif isinstance(request, MetadataRequest):
-            slot.conn.fill(slot, self.broker.metadata_frame(request, version, slot.correlation_id))
+            endpoint = slot.conn.endpoint  # the client's listener: its address is named
+            broker = self.broker if endpoint is None else endpoint.broker
+            slot.conn.fill(slot, broker.metadata_frame(request, version, slot.correlation_id))
         elif isinstance(request, FindCoordinatorRequest):
-            slot.answer(self.broker.find_coordinator(request, version))
+            endpoint = slot.conn.endpoint
+            broker = self.broker if endpoint is None else endpoint.broker
+            slot.answer(broker.find_coordinator(request, version))
+        elif isinstance(request, SASL_REQUESTS):
+            # A SASL request on a listener without SASL (a SASL listener's connection
+            # answers its own): Kafka's answer, the exchange is not expected here.
+            slot.answer(error_response(request, version, ErrorCode.ILLEGAL_SASL_STATE))
         elif isinstance(request, ListOffsetsRequest):
             slot.answer(self.broker.list_offsets(request, version))
         elif isinstance(request, FetchRequest):
@@ -222,8 +263,21 @@ class Server:
         metrics.handled(api, perf_counter_ns() - started)
 
     def commit_offsets(self, commits: list[tuple[Slot, OffsetCommitBatch]]) -> None:
-        """OffsetCommits read one after another: the fault rules' first, if any is in
-        force, then to the core in one Result."""
+        """OffsetCommits read one after another: authorization's first when ACLs are
+        checked, then the fault rules', if any is in force, then to the core in one Result."""
+        authorization = self.authorization
+        if authorization is not None:
+            admitted = []
+            for slot, batch in commits:
+                checked = authorization.admit(slot, None, batch)
+                if checked is None:
+                    self._refused(slot, OFFSET_COMMIT)
+                else:
+                    assert isinstance(checked, OffsetCommitBatch)
+                    admitted.append((slot, checked))
+            if not admitted:
+                return
+            commits = admitted
         if self.faults.live:
             intercept = self.injector.intercept
             commits = [(slot, batch) for slot, batch in commits if not intercept(slot, None, batch)]
@@ -241,6 +295,60 @@ class Server:
         self.metrics.handled(
             OFFSET_COMMIT, (perf_counter_ns() - started) // len(commits), len(commits)
         )
+
+    # -- authorization ------------------------------------------------------------------
+
+    def _authorization(self) -> Authorization:
+        """The ACL checks of the configuration: its ACLs in force at once, those of the log
+        as it is loaded (the coordinator replays them into the same authorizer)."""
+        config = self.config
+        try:
+            configured = [binding_from_entry(entry) for entry in config.acl]
+        except ValueError as exc:
+            raise startup.StartupError(f"acl: {exc}") from None
+        authorizer = Authorizer(
+            config.super_users, config.allow_everyone_if_no_acl_found, configured
+        )
+        self.coordinator.acls.enable(authorizer, frozenset(configured))
+        authorization = Authorization(authorizer, self.broker)
+        if ACL_PARTITION in self.cluster.owned:
+            # Partition 0 is loaded first; until it is, its ACLs (a DENY among them) are not
+            # in force, and the requests they could refuse wait for them.
+            loading = self.coordinator.loading_partitions
+            authorization.loading = lambda: ACL_PARTITION in loading
+            authorization.defer = self._defer_admission
+        return authorization
+
+    def _refused(self, slot: Slot, api: int) -> None:
+        """Authorization took the request: answered (counted), or kept until the ACLs load
+        (counted when handled)."""
+        if not (self._deferred and self._deferred[-1][0] is slot):
+            self.metrics.requests[api] += 1
+
+    def _defer_admission(
+        self, slot: Slot, header: RequestHeader | None, request: Request | OffsetCommitBatch
+    ) -> None:
+        """Keep a request until the ACLs of the log are loaded (authorization's `defer`)."""
+        self._deferred.append((slot, header, request))
+        if len(self._deferred) == 1:
+            self.later(now_ms() + ADMISSION_RETRY_MS, self._admit_deferred)
+
+    def _admit_deferred(self) -> None:
+        """Admit again, in the order they came, the requests kept while the ACLs loaded;
+        those still early are kept again."""
+        waiting, self._deferred = self._deferred, []
+        for slot, header, request in waiting:
+            if slot.conn.closed:
+                continue
+            if not self.coordinator.active:
+                # Stopped before the ACLs were loaded: refused, as a stopping broker refuses.
+                refused = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                slot.answer(error_response(request, slot.version, refused))
+            elif header is None:
+                assert isinstance(request, OffsetCommitBatch)
+                self.commit_offsets([(slot, request)])
+            else:
+                self.dispatch(slot, header, request)
 
     def _coordinate(
         self, slot: Slot, header: RequestHeader, request: Request | OffsetCommitBatch, t: int
@@ -400,7 +508,9 @@ class Server:
 
     # -- connections ----------------------------------------------------------------------
 
-    async def handle_connection(self, stream: trio.SocketStream) -> None:
+    async def handle_connection(
+        self, stream: trio.SocketStream, endpoint: Endpoint | None = None
+    ) -> None:
         try:
             host, port = stream.socket.getpeername()[:2]
             peer = f"{host}:{port}"
@@ -414,7 +524,7 @@ class Server:
             )
             await trio.aclose_forcefully(stream)
             return
-        connection = Connection(self, stream, peer)
+        connection = Connection(self, stream, peer, endpoint)
         self.connections.add(connection)
         try:
             await connection.run()
@@ -503,8 +613,13 @@ async def serve(config: ServerConfig, task_status: Any = trio.TASK_STATUS_IGNORE
             mismatch = await trio.to_thread.run_sync(peers.check, cluster)
             if mismatch is not None:
                 raise startup.StartupError(f"{mismatch}; give every node the same list")
-        host, port = config.listen_address()
-        listeners = await startup.open_listeners(host, port)
+        configured = config.listener_list()
+        opened: list[tuple[Listener, list[trio.SocketListener]]] = []
+        for listener in configured:
+            flags = ("--host", "--port") if not config.listeners else ("--listener",) * 2
+            sockets = await startup.open_listeners(listener.host, listener.port, *flags)
+            opened.append((listener.with_port(sockets[0].socket.getsockname()[1]), sockets))
+        listeners = [sock for _, socks in opened for sock in socks]
         admin_listeners = []
         if config.admin_port != "off":
             admin_listeners = await startup.open_listeners(
@@ -518,11 +633,11 @@ async def serve(config: ServerConfig, task_status: Any = trio.TASK_STATUS_IGNORE
                 created = startup.create_data_dir(data_dir)
             store.open()  # DataDirLocked: another server has this data directory
             started = await _serve(
-                config, store, listeners, admin_listeners, files, signals, task_status
+                config, store, opened, admin_listeners, files, signals, task_status
             )
         finally:
-            for listener in listeners + admin_listeners:
-                await listener.aclose()
+            for sock in listeners + admin_listeners:
+                await sock.aclose()
             await trio.to_thread.run_sync(store.close)
             if not started:
                 startup.remove_if_empty(created)
@@ -552,15 +667,21 @@ def _store(config: ServerConfig) -> Store:
 async def _serve(
     config: ServerConfig,
     store: Store,
-    listeners: list[trio.SocketListener],
+    opened: list[tuple[Listener, list[trio.SocketListener]]],
     admin_listeners: list[trio.SocketListener],
     files: startup.FileLimit,
     signals: Any,
     task_status: Any,
 ) -> bool:
     """Serve until a signal; True once the start has succeeded (the log is loaded)."""
-    port = listeners[0].socket.getsockname()[1]
+    port = opened[0][0].port
     server = Server(config, store, files.max_connections, config.cluster_for(port))
+    try:
+        served = endpoints(
+            config, [listener for listener, _ in opened], server.broker, Users(config.user)
+        )
+    except ValueError as exc:
+        raise startup.StartupError(str(exc)) from None
     if config.event_log and not config.in_memory:
         server.event_log = EventLog(
             Path(config.data_dir) / "events",
@@ -590,8 +711,17 @@ async def _serve(
             len(cluster.owned),
             cluster.partitions,
         )
-    # Last: once this line is out, a test harness may use both ports.
-    print(f"listening on {config.listen_address()[0]}:{port}", flush=True)
+    if len(served) > 1 or not served[0].plain:
+        for endpoint in served:
+            listener = endpoint.listener
+            print(
+                f"listener {listener.name} ({listener.protocol}) on {listener.host}:"
+                f"{listener.port}",
+                flush=True,
+            )
+            log.info("listener %s: %s%s", listener, listener.protocol, _security(endpoint))
+    # Last: once this line is out, a test harness may use every port.
+    print(f"listening on {opened[0][0].host}:{port}", flush=True)
     for rule in config.fault:
         server.injector.add(rule)
     if config.in_memory:
@@ -627,9 +757,16 @@ async def _serve(
 
         async def accept() -> None:
             with accepting:
-                await trio.serve_listeners(
-                    server.handle_connection, listeners, handler_nursery=nursery
-                )
+                async with trio.open_nursery() as listening:
+                    for endpoint, (_, sockets) in zip(served, opened, strict=True):
+                        listening.start_soon(
+                            partial(
+                                trio.serve_listeners,
+                                partial(server.handle_connection, endpoint=endpoint),
+                                sockets,
+                                handler_nursery=nursery,
+                            )
+                        )
 
         nursery.start_soon(accept)
         async for signum in signals:
@@ -644,6 +781,18 @@ async def _serve(
 
 # What ends a start with one line and exit code 2 rather than a traceback.
 START_FAILURES = (startup.StartupError, DataDirLocked, LogCorruption)
+
+
+def _security(endpoint: Endpoint) -> str:
+    """What a listener's log line says of its security."""
+    parts = []
+    if endpoint.tls is not None:
+        parts.append(f"TLS, client certificates {endpoint.listener.client_auth}")
+    if endpoint.sasl is not None:
+        parts.append("SASL " + ", ".join(endpoint.sasl.mechanisms))
+        if endpoint.sasl.reauth_ms:
+            parts.append(f"sessions of {endpoint.sasl.reauth_ms} ms")
+    return (" (" + "; ".join(parts) + ")") if parts else ""
 
 
 def start_failure(exc: BaseException) -> BaseException | None:

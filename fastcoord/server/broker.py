@@ -28,6 +28,7 @@ name answers them, and lets the coordinator resolve a subscription without creat
 
 from __future__ import annotations
 
+import copy
 import struct
 import uuid
 
@@ -78,6 +79,15 @@ class Broker:
         # version -> an every-topic Metadata frame (correlation id 0), for this many topics
         self._every_topic: dict[int, bytes] = {}
         self._every_topic_for: tuple[int, int] = (-1, -1)  # (topics, cluster) it was built for
+
+    def view(self, cluster: Cluster) -> Broker:
+        """The same topics, with the cluster as another listener names it: the dicts of
+        topics are shared, so a topic created through one view exists in every one."""
+        other = copy.copy(self)
+        other.cluster = cluster
+        other._every_topic = {}
+        other._every_topic_for = (-1, -1)
+        return other
 
     # -- Metadata -----------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ import logging
 import os
 import struct
 from collections import deque
+from collections.abc import Callable
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
@@ -56,9 +57,14 @@ from fastcoord.protocol.headers import RequestHeader
 from fastcoord.protocol.messages import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
 from fastcoord.protocol.schema import Request, Response
 from fastcoord.protocol.versions import api_versions_response
+from fastcoord.security.tls import looks_like_tls
+from fastcoord.server import security
 
 if TYPE_CHECKING:
+    from fastcoord.security.sasl import Authentication
+    from fastcoord.security.tls import TlsTransport
     from fastcoord.server.dispatcher import Dispatcher
+    from fastcoord.server.endpoint import Endpoint
 
 log = logging.getLogger("fastcoord.server")
 Served = Request | OffsetCommitBatch  # a decoded request: an OffsetCommit's is a batch
@@ -73,17 +79,22 @@ WRITE_CHUNK = 1 << 20  # answers copied to the output buffer at a time
 class Slot:
     """A request's place in its connection's response order; a handle for the core."""
 
-    __slots__ = ("api_key", "conn", "correlation_id", "data", "holds", "version")
+    __slots__ = ("api_key", "conn", "correlation_id", "data", "holds", "reply_filter", "version")
 
     def __init__(self, conn: Connection, header: RequestHeader | None) -> None:
         self.conn = conn
         self.data: bytes | None = None
         self.holds: str | None = None  # the member whose later requests wait for this one
+        # What the answer passes through before it is sent (authorization's: a ListGroups
+        # answer without the groups the client may not describe, denied partitions put back)
+        self.reply_filter: Callable[[Any], Any] | None = None
         self.api_key = header.api_key if header else -1
         self.version = header.api_version if header else 0
         self.correlation_id = header.correlation_id if header else 0
 
     def answer(self, response: Response | OffsetCommitAnswer) -> None:
+        if self.reply_filter is not None:
+            response = self.reply_filter(response)
         code = getattr(response, "error_code", 0)
         if code and self.api_key != _HEARTBEAT:  # heartbeats are counted where answered
             self.conn.dispatcher.metrics.error(self.api_key, code)
@@ -94,13 +105,35 @@ class Slot:
 
 
 class Connection:
-    def __init__(self, dispatcher: Dispatcher, stream: trio.SocketStream, peer: str) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        stream: trio.SocketStream,
+        peer: str,
+        endpoint: Endpoint | None = None,
+    ) -> None:
         self.dispatcher = dispatcher
+        self.endpoint = endpoint  # its listener; None: a plaintext one
         self.stream = stream
         self.peer = peer  # HOST:PORT, for log lines
         # What DescribeGroups shows as a member's client host: Kafka gives Java's
         # InetAddress.toString() of the peer, "/127.0.0.1", without the port.
         self.client_host = "/" + peer.rsplit(":", 1)[0]
+        # Who the client is, as ACLs name it: its SASL user, its TLS certificate's subject,
+        # else Kafka's unauthenticated principal.
+        self.principal = "User:ANONYMOUS"
+        # Security (security.py): TLS once its handshake is done, SASL's state machine, and
+        # whether frames pass its gate. A plaintext connection has none of it, and may
+        # answer heartbeats on the fast path and park on the reactor, as it always has.
+        self.tls: TlsTransport | None = None
+        self.auth: Authentication | None = None
+        self.gated = False
+        self.fast = True  # heartbeats answered by the member table alone
+        self.parks = True  # waits for bytes on the reactor (plaintext sockets only)
+        self.login_started = trio.Event()  # a SASL exchange began (its time limit runs)
+        self.nursery: trio.Nursery | None = None  # the connection's tasks, while it runs
+        if endpoint is None or endpoint.plain:
+            self.fast = self.parks = dispatcher.fast_path_allowed(self.principal)
         self.slots: deque[Slot] = deque()
         # member id -> requests of that member waiting for its JoinGroup or SyncGroup answer
         self.held: dict[str, deque[tuple[Slot, RequestHeader, Served]]] = {}
@@ -136,10 +169,20 @@ class Connection:
 
     async def run(self) -> None:
         try:
+            secured = self.endpoint is not None and not self.endpoint.plain
+            if secured and not await security.begin(self):
+                return
             async with trio.open_nursery() as nursery:
+                self.nursery = nursery
                 nursery.start_soon(self._writer)
                 with self._reading:
-                    await self._reader()
+                    if self.auth is None:
+                        await self._reader()
+                    else:
+                        async with trio.open_nursery() as watching:
+                            watching.start_soon(security.watch_login, self)
+                            await self._reader()
+                            watching.cancel_scope.cancel()
                 if not self.finishing:
                     nursery.cancel_scope.cancel()
                 # else the writer ends once every answer owed has been sent
@@ -263,7 +306,10 @@ class Connection:
                             return
                         continue
                     try:
-                        data = os.read(self.fd, READ_CHUNK)
+                        if self.tls is None:
+                            data = os.read(self.fd, READ_CHUNK)
+                        else:
+                            data = self.tls.recv(READ_CHUNK)
                     except BlockingIOError:
                         if not await self._readable():
                             return
@@ -307,7 +353,7 @@ class Connection:
         """Wait until there are bytes to handle: parked on the reactor when this connection
         owes nothing, else through Trio. False when the client has closed its end."""
         parking = self.dispatcher.parking
-        if parking.reactor is None or not self._owes_nothing():
+        if parking.reactor is None or not self.parks or not self._owes_nothing():
             await trio.lowlevel.wait_readable(self.fd)
             return True
         self.handover = None
@@ -387,7 +433,8 @@ class Connection:
                 continue  # closed meanwhile, or within bounds again
             pos = self._pos
             if (
-                len(buf) - pos >= 6
+                self.fast
+                and len(buf) - pos >= 6
                 and buf[pos + 5] in (_HEARTBEAT, _CONSUMER_GROUP_HEARTBEAT)
                 and not buf[pos + 4]
             ):
@@ -397,6 +444,9 @@ class Connection:
                 return
             (size,) = _SIZE.unpack_from(buf, pos)
             if size < 0 or size > max_size:
+                if self.auth is None and looks_like_tls(bytes(buf[pos : pos + 3])):
+                    self.close("it sent a TLS handshake to a listener without TLS")
+                    return
                 self.close(f"frame of {size} bytes (socket.request.max.bytes is {max_size})")
                 return
             if len(buf) - pos - 4 < size:
@@ -464,6 +514,8 @@ class Connection:
         )
 
     def _handle(self, frame: bytes) -> None:
+        if self.gated and not security.admit(self, frame):
+            return  # answered or refused by SASL's state machine
         try:
             header, request, extra = frames.decode_request(frame)
         except UnsupportedVersion as exc:
@@ -502,6 +554,10 @@ class Connection:
             commits, self._commits = self._commits, []
             self.dispatcher.commit_offsets(commits)
 
+    def new_slot(self, header: RequestHeader | None) -> Slot:
+        """A place in the answer order, for an answer made outside request handling."""
+        return self._slot(header)
+
     def _slot(self, header: RequestHeader | None) -> Slot:
         slot = Slot(self, header)
         self.slots.append(slot)
@@ -515,13 +571,16 @@ class Connection:
         written, so a stop anywhere cuts no answer."""
         out = self._out
         slots = self.slots
+        tls = self.tls
+        if tls is not None and tls.pending and not tls.flush():
+            return False  # ciphertext still waits for the socket
         while slots and len(out) < WRITE_CHUNK and (data := slots[0].data) is not None:
             slots.popleft()
             out += data
         if not out:
             return True
         try:
-            sent = os.write(self.fd, out)
+            sent = os.write(self.fd, out) if tls is None else tls.send(out)
         except BlockingIOError:
             return False
         del out[:sent]
@@ -530,7 +589,11 @@ class Connection:
         self._last_io = trio.current_time()
         if not self._room.is_set() and not self._over_bounds():
             self._room.set()
-        return not out and not (slots and slots[0].data is not None)
+        return (
+            not out
+            and not (slots and slots[0].data is not None)
+            and (tls is None or not tls.pending)
+        )
 
     async def _writer(self) -> None:
         """Write what the reader could not: answers filled while it waits (a JoinGroup

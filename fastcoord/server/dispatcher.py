@@ -44,3 +44,7 @@ class Dispatcher(Protocol):
 
     def heartbeat_table(self) -> Any:
         """The member table when it may answer heartbeats alone, else None."""
+
+    def fast_path_allowed(self, principal: str) -> bool:
+        """Whether heartbeats of a client logged in as `principal` may be answered by the
+        member table alone, without authorization's checks."""

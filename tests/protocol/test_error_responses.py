@@ -22,6 +22,7 @@ from fastcoord.protocol.error_responses import error_response
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.headers import RequestHeader
 from fastcoord.protocol.messages import (
+    AclCreation,
     ApiVersion,
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -29,8 +30,15 @@ from fastcoord.protocol.messages import (
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsFilter,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     FetchPartition,
@@ -70,6 +78,10 @@ from fastcoord.protocol.messages import (
     OffsetFetchRequestTopic,
     OffsetFetchRequestTopics,
     OffsetFetchResponse,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
     SyncGroupRequest,
     SyncGroupRequestAssignment,
     SyncGroupResponse,
@@ -164,7 +176,16 @@ REQUESTS: dict[int, Request] = {
         groups=["g1", "g2"], include_authorized_operations=True
     ),
     ApiKey.LIST_GROUPS: ListGroupsRequest(states_filter=["Stable"], types_filter=["classic"]),
+    ApiKey.SASL_HANDSHAKE: SaslHandshakeRequest("SCRAM-SHA-256"),
     ApiKey.API_VERSIONS: ApiVersionsRequest("fastcoord-test", "1.0"),
+    ApiKey.DESCRIBE_ACLS: DescribeAclsRequest(2, "t", 3, "User:a", "*", 3, 3),
+    ApiKey.CREATE_ACLS: CreateAclsRequest(
+        [AclCreation(2, "t", 3, "User:a", "*", 3, 3), AclCreation(3, "g", 4, "User:b", "*", 2, 2)]
+    ),
+    ApiKey.DELETE_ACLS: DeleteAclsRequest(
+        [DeleteAclsFilter(1, None, 1, None, None, 1, 1), DeleteAclsFilter(2, "t", 3, None)]
+    ),
+    ApiKey.SASL_AUTHENTICATE: SaslAuthenticateRequest(b"n,,n=user,r=nonce"),
     ApiKey.DELETE_GROUPS: DeleteGroupsRequest(["g1", "g2"]),
     ApiKey.OFFSET_DELETE: OffsetDeleteRequest(
         "g",
@@ -339,10 +360,42 @@ def check_list_groups(
     assert (resp.error_code, resp.groups) == (code, [])
 
 
+def check_sasl_handshake(
+    req: SaslHandshakeRequest, resp: SaslHandshakeResponse, version: int, code: int
+) -> None:
+    # Kafka lists no mechanisms with an error.
+    assert (resp.error_code, resp.mechanisms) == (code, [])
+
+
 def check_api_versions(
     req: ApiVersionsRequest, resp: ApiVersionsResponse, version: int, code: int
 ) -> None:
     assert (resp.error_code, resp.api_keys) == (code, [])
+
+
+def check_describe_acls(
+    req: DescribeAclsRequest, resp: DescribeAclsResponse, version: int, code: int
+) -> None:
+    assert (resp.error_code, resp.resources) == (code, [])
+
+
+def check_create_acls(
+    req: CreateAclsRequest, resp: CreateAclsResponse, version: int, code: int
+) -> None:
+    assert [r.error_code for r in resp.results] == [code, code]
+
+
+def check_delete_acls(
+    req: DeleteAclsRequest, resp: DeleteAclsResponse, version: int, code: int
+) -> None:
+    assert [(r.error_code, r.matching_acls) for r in resp.filter_results] == [(code, [])] * 2
+
+
+def check_sasl_authenticate(
+    req: SaslAuthenticateRequest, resp: SaslAuthenticateResponse, version: int, code: int
+) -> None:
+    # No token, and no session lifetime: the request did not authenticate anything.
+    assert (resp.error_code, resp.auth_bytes, resp.session_lifetime_ms) == (code, b"", 0)
 
 
 def check_delete_groups(
@@ -395,7 +448,12 @@ CHECKS: dict[int, Callable[[Any, Any, int, int], None]] = {
     ApiKey.SYNC_GROUP: check_sync_group,
     ApiKey.DESCRIBE_GROUPS: check_describe_groups,
     ApiKey.LIST_GROUPS: check_list_groups,
+    ApiKey.SASL_HANDSHAKE: check_sasl_handshake,
     ApiKey.API_VERSIONS: check_api_versions,
+    ApiKey.DESCRIBE_ACLS: check_describe_acls,
+    ApiKey.CREATE_ACLS: check_create_acls,
+    ApiKey.DELETE_ACLS: check_delete_acls,
+    ApiKey.SASL_AUTHENTICATE: check_sasl_authenticate,
     ApiKey.DELETE_GROUPS: check_delete_groups,
     ApiKey.OFFSET_DELETE: check_offset_delete,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: check_consumer_group_heartbeat,

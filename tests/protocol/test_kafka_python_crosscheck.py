@@ -48,6 +48,8 @@ from tests.protocol.strategies import (
 # created, which Python 3.11 and 3.12 deprecate; the suite turns warnings into errors.
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "(read|open)_text is deprecated", DeprecationWarning)
+    from kafka.protocol import sasl as kp_sasl
+    from kafka.protocol.admin import acl as kp_acl
     from kafka.protocol.admin import groups as kp_groups
     from kafka.protocol.consumer import fetch as kp_fetch
     from kafka.protocol.consumer import group as kp_group
@@ -64,6 +66,8 @@ _KP_MODULES = (
     kp_find_coordinator,
     kp_groups,
     kp_api_versions,
+    kp_acl,
+    kp_sasl,
 )
 
 INT32_MIN = -(2**31)

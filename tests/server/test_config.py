@@ -137,9 +137,11 @@ def test_help_groups_every_setting_with_its_meaning_allowed_values_and_default()
         "limits settings",
         "logging settings",
         "admin settings",
+        "security settings",
     ]
+    own = {"topics": "--topic", "listeners": "--listener", "listener_name": "--listener-name"}
     for setting in config.SETTINGS:
-        flag = "--topic" if setting.attr == "topics" else setting.flag
+        flag = own.get(setting.attr, setting.flag)
         entry = sections[f"{setting.doc.section} settings"][flag]
         assert setting.doc.meaning[:20] in entry, entry
         assert f"(default: {config.render_default(setting)})" in entry, entry

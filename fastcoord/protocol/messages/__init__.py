@@ -25,10 +25,29 @@ from fastcoord.protocol.messages.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatResponseAssignment,
     ConsumerGroupHeartbeatResponseTopicPartitions,
 )
+from fastcoord.protocol.messages.create_acls import (
+    AclCreation,
+    AclCreationResult,
+    CreateAclsRequest,
+    CreateAclsResponse,
+)
+from fastcoord.protocol.messages.delete_acls import (
+    DeleteAclsFilter,
+    DeleteAclsFilterResult,
+    DeleteAclsMatchingAcl,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+)
 from fastcoord.protocol.messages.delete_groups import (
     DeletableGroupResult,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+)
+from fastcoord.protocol.messages.describe_acls import (
+    AclDescription,
+    DescribeAclsRequest,
+    DescribeAclsResource,
+    DescribeAclsResponse,
 )
 from fastcoord.protocol.messages.describe_groups import (
     DescribedGroup,
@@ -116,6 +135,11 @@ from fastcoord.protocol.messages.offset_fetch import (
     OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 )
+from fastcoord.protocol.messages.sasl_authenticate import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+)
+from fastcoord.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
 from fastcoord.protocol.messages.sync_group import (
     SyncGroupRequest,
     SyncGroupRequestAssignment,
@@ -124,6 +148,9 @@ from fastcoord.protocol.messages.sync_group import (
 
 __all__ = [
     "AbortedTransaction",
+    "AclCreation",
+    "AclCreationResult",
+    "AclDescription",
     "ApiVersion",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
@@ -139,9 +166,19 @@ __all__ = [
     "ConsumerGroupHeartbeatResponseAssignment",
     "ConsumerGroupHeartbeatResponseTopicPartitions",
     "Coordinator",
+    "CreateAclsRequest",
+    "CreateAclsResponse",
     "DeletableGroupResult",
+    "DeleteAclsFilter",
+    "DeleteAclsFilterResult",
+    "DeleteAclsMatchingAcl",
+    "DeleteAclsRequest",
+    "DeleteAclsResponse",
     "DeleteGroupsRequest",
     "DeleteGroupsResponse",
+    "DescribeAclsRequest",
+    "DescribeAclsResource",
+    "DescribeAclsResponse",
     "DescribeGroupsRequest",
     "DescribeGroupsResponse",
     "DescribedGroup",
@@ -205,6 +242,10 @@ __all__ = [
     "OffsetFetchResponseTopic",
     "OffsetFetchResponseTopics",
     "PartitionData",
+    "SaslAuthenticateRequest",
+    "SaslAuthenticateResponse",
+    "SaslHandshakeRequest",
+    "SaslHandshakeResponse",
     "SnapshotId",
     "SupportedFeatureKey",
     "SyncGroupRequest",
