@@ -9,7 +9,7 @@ SOURCES := pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.pxi _
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-ext test-twins test-slow test-cluster test-spark lint bench perf-gate bench-history report debug compile clean
+.PHONY: serve test test-ext test-twins test-slow test-cluster test-spark test-security lint bench perf-gate bench-history report debug compile clean
 
 $(SERVE_STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,19 +44,22 @@ test: $(STAMP) compile lint
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-ext test-twins
 
 test-ext: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not cluster and not java and not spark"
+	$(BIN)/python -m pytest -q -m "not slow and not cluster and not java and not spark and not security"
 
 test-twins: $(STAMP)
-	FASTCOORD_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -m "not slow and not cluster and not java and not spark"
+	FASTCOORD_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -m "not slow and not cluster and not java and not spark and not security"
 
 test-slow: $(STAMP) compile  ## long checks (many SIGKILL rounds): CI runs them as a job of their own
 	$(BIN)/python -m pytest -q -m slow
 
 test-cluster: $(STAMP) compile  ## several nodes and many real clients (the Java client's too): a CI job of their own
-	$(BIN)/python -m pytest -q -m "(cluster or java) and not slow and not spark"
+	$(BIN)/python -m pytest -q -m "(cluster or java) and not slow and not spark and not security"
 
 test-spark: $(STAMP) compile  ## load tests on Spark (local[N], a standalone cluster): a CI job of their own
 	$(BIN)/python -m pytest -q -m "spark and not slow"
+
+test-security: $(STAMP) compile  ## TLS, SASL and ACLs with every real client (Java's too): a CI job of their own
+	$(BIN)/python -m pytest -q -m "security and not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check fastcoord tests benches setup.py

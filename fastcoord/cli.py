@@ -87,6 +87,25 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
         if setting.attr == "fault":
             group.add_argument("--fault", dest="fault", action="append", metavar="JSON", help=text)
             continue
+        repeated = {
+            "acl": ("--acl", "JSON"),
+            "user": ("--user", "NAME:PASSWORD"),
+            "listener_name": ("--listener-name", "NAME.SETTING=VALUE"),
+        }
+        if setting.attr in repeated:
+            flag, meta = repeated[setting.attr]
+            group.add_argument(flag, dest=setting.attr, action="append", metavar=meta, help=text)
+            continue
+        if setting.attr == "listeners":
+            group.add_argument(
+                "--listener",
+                "--listeners",
+                dest="listeners",
+                action="append",
+                metavar="NAME://HOST:PORT",
+                help=text,
+            )
+            continue
         # A boolean flag alone means true: --in-memory.
         optional: dict[str, Any] = {"nargs": "?", "const": "true"}
         group.add_argument(
@@ -132,8 +151,9 @@ def _cluster(args: argparse.Namespace) -> int:
             continue
         if s.attr == "topics":
             serve_args += [a for v in value for a in ("--topic", v)]
-        elif s.attr == "fault":
-            serve_args += [a for v in value for a in ("--fault", v)]
+        elif s.attr in ("fault", "acl", "user", "listener_name", "listeners"):
+            flag = {"listeners": "--listener", "listener_name": "--listener-name"}
+            serve_args += [a for v in value for a in (flag.get(s.attr, f"--{s.attr}"), v)]
         else:
             serve_args += [s.flag, str(value)]
     if args.admin_port is None and cfg.admin_port != "off":
@@ -203,6 +223,7 @@ terminated (SIGTERM). Results measured before any end are kept.
 def _loadtest(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from fastcoord.client.login import ClientSecurity
     from fastcoord.loadtest.run import Options, run
 
     out = args.out or f"loadtest-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -246,6 +267,17 @@ def _loadtest(args: argparse.Namespace) -> int:
         warmup_s=args.warmup,
         master=args.master,
         spark_conf=conf,
+        security=ClientSecurity(
+            security_protocol=args.security_protocol,
+            sasl_mechanism=args.sasl_mechanism,
+            sasl_username=args.sasl_username,
+            sasl_password=args.sasl_password,
+            ssl_ca_location=args.ssl_ca_location,
+            ssl_certificate_location=args.ssl_certificate_location,
+            ssl_key_location=args.ssl_key_location,
+            ssl_endpoint_identification_algorithm=args.ssl_endpoint_identification_algorithm,
+            sasl_users=args.sasl_users,
+        ),
     )
     return run(options)
 
@@ -471,7 +503,75 @@ def _add_loadtest(sub: Any) -> None:
         "are sampled every second, and --faults go through it; a cluster's: every node's, "
         "comma-separated (each fault goes to every node)",
     )
+    _add_loadtest_security(p)
     p.set_defaults(func=_loadtest, parser=p)
+
+
+def _add_loadtest_security(p: argparse.ArgumentParser) -> None:
+    """The members' own TLS and SASL settings, named as librdkafka names them."""
+    from fastcoord.client.login import ENDPOINT_IDENTIFICATION, MECHANISMS, PROTOCOLS
+
+    group = p.add_argument_group(
+        "security",
+        "the members' TLS and SASL, as the consumers' own settings (librdkafka's names: "
+        "--security-protocol is security.protocol, ...); --bootstrap must be a listener "
+        "of that protocol",
+    )
+    group.add_argument(
+        "--security-protocol",
+        choices=PROTOCOLS,
+        default="plaintext",
+        help="security.protocol: TLS (ssl, sasl_ssl) and a SASL login (sasl_*) on every connection",
+    )
+    group.add_argument(
+        "--sasl-mechanism",
+        choices=MECHANISMS,
+        default=None,
+        help="sasl.mechanism (default with a sasl_* protocol: PLAIN)",
+    )
+    group.add_argument(
+        "--sasl-username",
+        default=None,
+        metavar="NAME",
+        help="sasl.username; {n} in it is the user's number, with --sasl-users",
+    )
+    group.add_argument(
+        "--sasl-password", default=None, metavar="PASSWORD", help="sasl.password, every user's"
+    )
+    group.add_argument(
+        "--sasl-users",
+        type=_positive(int),
+        default=1,
+        metavar="N",
+        help="members log in as N users (member i as user i mod N, --sasl-username's {n}); "
+        "members of different users never share a connection",
+    )
+    group.add_argument(
+        "--ssl-ca-location",
+        default=None,
+        metavar="FILE.pem",
+        help="ssl.ca.location: the CA certificates the server's is checked against "
+        "(default: the system's)",
+    )
+    group.add_argument(
+        "--ssl-certificate-location",
+        default=None,
+        metavar="FILE.pem",
+        help="ssl.certificate.location: the members' client certificate, for mutual TLS",
+    )
+    group.add_argument(
+        "--ssl-key-location",
+        default=None,
+        metavar="FILE.pem",
+        help="ssl.key.location: its private key (default: in the certificate's file)",
+    )
+    group.add_argument(
+        "--ssl-endpoint-identification-algorithm",
+        choices=ENDPOINT_IDENTIFICATION,
+        default=None,
+        help="ssl.endpoint.identification.algorithm: https checks the server's certificate "
+        "names the host connected to (default: https); none checks only its chain",
+    )
 
 
 REPORT_HELP = """\

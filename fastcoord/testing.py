@@ -60,6 +60,7 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 LISTENING = r"listening on ([\d.]+):(\d+)"
 ADMIN = r"admin on ([\d.]+):(\d+)"
+LISTENER = r"listener {name} \((\w+)\) on ([\d.]+):(\d+)"
 LOADED = r"loaded \d+ groups"
 HOST_MODULE = "fastcoord.testing"  # run with -m, it hosts a peer (main)
 
@@ -100,6 +101,13 @@ class ServerProcess:
         if match is None:
             raise RuntimeError(f"{self.name} has no admin port: start it with --admin-port 0")
         return f"{match.group(1)}:{match.group(2)}"
+
+    def listener(self, name: str) -> str:
+        """HOST:PORT of its listener `name` (started with --listener NAME://...)."""
+        match = re.search(LISTENER.format(name=re.escape(name.upper())), self.log())
+        if match is None:
+            raise RuntimeError(f"{self.name} has no listener {name}:\n{self.log()}")
+        return f"{match.group(2)}:{match.group(3)}"
 
     def log(self) -> str:
         try:
@@ -249,6 +257,51 @@ def stopping(server: ServerProcess) -> Iterator[ServerProcess]:
         yield server
     finally:
         server.stop()
+
+
+# -- certificates ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Certificates:
+    """PEM files of a test CA, a server certificate for 127.0.0.1 and localhost (so that
+    clients keep hostname verification on), and client certificates from the same CA."""
+
+    directory: Path
+    ca: Path  # the CA's certificate: every client's ssl.ca.location
+    server: Path  # the server's chain and key in one file: ssl.keystore.location
+    clients: dict[str, tuple[Path, Path]]  # name -> (certificate chain, key), for mutual TLS
+
+    def server_args(self) -> list[str]:
+        """`fastcoord serve` flags that serve this certificate and trust this CA."""
+        return [
+            "--ssl-keystore-location",
+            str(self.server),
+            "--ssl-truststore-location",
+            str(self.ca),
+        ]
+
+
+def certificates(directory: Path, clients: Sequence[str] = ("client",)) -> Certificates:
+    """A CA and its certificates in `directory` (made with trustme, a test dependency).
+    A client certificate's subject is CN=<name>,O=fastcoord tests."""
+    import trustme
+
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = trustme.CA(organization_name="fastcoord tests")
+    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    server.private_key_and_cert_chain_pem.write_to_path(str(directory / "server.pem"))
+    issued = {}
+    for name in clients:
+        cert = ca.issue_cert(
+            f"{name}.clients.invalid", common_name=name, organization_name="fastcoord tests"
+        )
+        chain, key = directory / f"{name}.pem", directory / f"{name}.key"
+        chain.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+        cert.private_key_pem.write_to_path(str(key))
+        issued[name] = (chain, key)
+    return Certificates(directory, directory / "ca.pem", directory / "server.pem", issued)
 
 
 # -- fastcoord serve ----------------------------------------------------------------------

@@ -188,64 +188,287 @@ def join_group(
     connection = Connection(found.host, found.port)
     try:
         connection.api_versions()
-        v_join = connection.version(ApiKey.JOIN_GROUP, JOIN_VERSIONS[ApiKey.JOIN_GROUP])
-        member_id = ""
-        attempts = 0
-        deadline = time.monotonic() + load_timeout_s
-        while True:
-            attempts += 1
-            joined = connection.request(
-                JoinGroupRequest(
-                    group_id=group_id,
-                    session_timeout_ms=session_timeout_ms,
-                    rebalance_timeout_ms=rebalance_timeout_ms,
-                    member_id=member_id,
-                    group_instance_id=None,
-                    protocol_type="consumer",
-                    protocols=[JoinGroupRequestProtocol("range", b"")],
-                ),
-                v_join,
-            )
-            assert isinstance(joined, JoinGroupResponse)
-            if joined.error_code == ErrorCode.MEMBER_ID_REQUIRED and not member_id:
-                member_id = joined.member_id  # asked once; a second time is an error
-                if member_id:
-                    continue
-            if (
-                joined.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-                and time.monotonic() < deadline
-            ):
-                time.sleep(0.05)
-                continue
-            if joined.error_code != 0:
-                raise PeerError(f"JoinGroup v{v_join}: error {joined.error_code}")
-            break
-        member_id = joined.member_id
-        if joined.leader != member_id:
-            raise PeerError(f"JoinGroup: leader {joined.leader!r}, not this member {member_id!r}")
-        synced = connection.request(
-            SyncGroupRequest(
-                group_id=group_id,
-                generation_id=joined.generation_id,
-                member_id=member_id,
-                group_instance_id=None,
-                assignments=[SyncGroupRequestAssignment(member_id, assignment)],
-            ),
-            connection.version(ApiKey.SYNC_GROUP, JOIN_VERSIONS[ApiKey.SYNC_GROUP]),
+        member = join_on(
+            connection,
+            group_id,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            assignment,
+            load_timeout_s,
+            started,
         )
-        assert isinstance(synced, SyncGroupResponse)
-        if synced.error_code != 0:
-            raise PeerError(f"SyncGroup: error {synced.error_code}")
     except BaseException:
         connection.close()
         raise
-    member = Member(
-        found.host,
-        found.port,
+    return connection, member
+
+
+# -- secured listeners: TLS, and logging in with SASL ---------------------------------------
+#
+# A raw-socket test of a SASL listener logs in first, as a client does: SaslHandshake, then
+# the mechanism's tokens, each in a SaslAuthenticate request (after handshake v1) or as a
+# bare size-prefixed frame (after v0). The same steps on a live connection re-authenticate
+# it (KIP-368). Passwords go only into the tokens, never into an exception's text. ssl and
+# scramp (for SCRAM) are imported where they are needed: benchmarks that use this module
+# for plaintext connections need neither.
+
+SASL_HANDSHAKE_VERSION = 1
+SASL_AUTHENTICATE_VERSION = 1  # the first to carry the session lifetime (KIP-368)
+
+
+class TlsConnection(Connection):
+    """A Connection over TLS. The server's certificate is checked against `cafile`, and its
+    name against `server_hostname` (the host by default): hostname verification stays on.
+    `certfile` and `keyfile`: a client certificate, for mutual TLS. The handshake is done
+    before this returns."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        cafile: str,
+        *,
+        certfile: str | None = None,
+        keyfile: str | None = None,
+        server_hostname: str | None = None,
+        timeout: float | None = TIMEOUT_S,
+        client_id: str = CLIENT_ID,
+    ) -> None:
+        import ssl
+
+        super().__init__(host, port, timeout, client_id)
+        context = ssl.create_default_context(cafile=cafile)
+        if certfile is not None:
+            context.load_cert_chain(certfile, keyfile)
+        try:
+            self.sock = context.wrap_socket(self.sock, server_hostname=server_hostname or host)
+        except BaseException:
+            self.close()
+            raise
+
+    def closed_by_server(self, timeout: float = 5.0) -> bool:
+        """Wait up to `timeout` for the peer to close the connection; a TLS alert (a
+        certificate refused after the handshake, in TLS 1.3) is its close too."""
+        import ssl
+
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionResetError, ssl.SSLError):
+            return True
+
+
+class SaslError(PeerError):
+    """A SASL step the server refused. `error_code` and `error_message` are its answer's;
+    None when it closed the connection without one (a failed exchange after SaslHandshake
+    v0 has no way to say why)."""
+
+    def __init__(
+        self,
+        step: str,
+        error_code: int | None,
+        error_message: str | None = None,
+        mechanisms: tuple[str, ...] = (),
+    ) -> None:
+        answer = "no answer" if error_code is None else f"error {error_code}: {error_message!r}"
+        super().__init__(f"{step}: {answer}")
+        self.step = step
+        self.error_code = error_code
+        self.error_message = error_message
+        self.mechanisms = mechanisms  # a SaslHandshake's answer: what the listener enables
+
+
+@dataclass(frozen=True)
+class SaslAnswer:
+    """A SaslAuthenticate response, as it came."""
+
+    error_code: int
+    error_message: str | None
+    auth_bytes: bytes
+    session_lifetime_ms: int  # 0 before v1, and when sessions do not end
+
+
+def sasl_handshake(
+    connection: Connection, mechanism: str, version: int = SASL_HANDSHAKE_VERSION
+) -> tuple[str, ...]:
+    """SaslHandshake for `mechanism`: the mechanisms the listener enables. Raises SaslError
+    with the answer's error code (and the enabled list) if it refused."""
+    from fastcoord.protocol.messages import SaslHandshakeRequest, SaslHandshakeResponse
+
+    response = connection.request(SaslHandshakeRequest(mechanism=mechanism), version)
+    assert isinstance(response, SaslHandshakeResponse)
+    mechanisms = tuple(response.mechanisms)
+    if response.error_code != 0:
+        raise SaslError(f"SaslHandshake v{version}", response.error_code, None, mechanisms)
+    return mechanisms
+
+
+def sasl_authenticate(
+    connection: Connection, token: bytes, version: int = SASL_AUTHENTICATE_VERSION
+) -> SaslAnswer:
+    """One token in a SaslAuthenticate request (after SaslHandshake v1): its answer, as it
+    came (a refusal is an error code here, not an exception)."""
+    from fastcoord.protocol.messages import SaslAuthenticateRequest, SaslAuthenticateResponse
+
+    response = connection.request(SaslAuthenticateRequest(auth_bytes=token), version)
+    assert isinstance(response, SaslAuthenticateResponse)
+    return SaslAnswer(
+        response.error_code,
+        response.error_message,
+        response.auth_bytes,
+        response.session_lifetime_ms,
+    )
+
+
+def sasl_raw_token(connection: Connection, token: bytes) -> bytes:
+    """One token as a bare size-prefixed frame (after SaslHandshake v0), and the server's
+    token in answer, framed the same way."""
+    connection.sendall(_SIZE.pack(len(token)) + token)
+    return connection.read_frame()
+
+
+class SaslClient:
+    """The client's side of one SASL exchange: PLAIN (RFC 4616) or SCRAM-SHA-256/512 (RFC
+    5802, through scramp). `first()` is the first token; `next(challenge)` the token that
+    answers the server's, or None once the exchange is done (SCRAM: the server's final
+    message checked, so that a server that does not know the password fails here)."""
+
+    def __init__(self, mechanism: str, user: str, password: str, authzid: str = "") -> None:
+        from scramp import ScramClient
+
+        if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+            raise ValueError(f"SASL mechanism {mechanism!r}: not PLAIN, SCRAM-SHA-256 or -512")
+        self.mechanism = mechanism
+        self._plain = f"{authzid}\0{user}\0{password}".encode() if mechanism == "PLAIN" else None
+        self._scram = None if mechanism == "PLAIN" else ScramClient([mechanism], user, password)
+        self._step = 0
+
+    def first(self) -> bytes:
+        self._step = 1
+        if self._plain is not None:
+            return self._plain
+        assert self._scram is not None
+        first: str = self._scram.get_client_first()
+        return first.encode()
+
+    def next(self, challenge: bytes) -> bytes | None:
+        self._step += 1
+        if self._scram is None or self._step > 3:
+            return None
+        if self._step == 2:
+            self._scram.set_server_first(challenge.decode())
+            final: str = self._scram.get_client_final()
+            return final.encode()
+        self._scram.set_server_final(challenge.decode())  # raises on a wrong signature
+        return None
+
+
+def sasl_login(
+    connection: Connection,
+    mechanism: str,
+    user: str,
+    password: str,
+    *,
+    handshake_version: int = SASL_HANDSHAKE_VERSION,
+    authenticate_version: int = SASL_AUTHENTICATE_VERSION,
+) -> int:
+    """Log in on `connection` (or re-authenticate it, if it has logged in already):
+    SaslHandshake, then the mechanism's tokens, in SaslAuthenticate requests after
+    handshake v1 or bare frames after v0. The session lifetime the server gave (0: none,
+    or a version without it). Raises SaslError at the first step the server refuses."""
+    sasl_handshake(connection, mechanism, handshake_version)
+    client = SaslClient(mechanism, user, password)
+    token: bytes | None = client.first()
+    lifetime = 0
+    while token is not None:
+        if handshake_version == 0:
+            try:
+                challenge = sasl_raw_token(connection, token)
+            except ConnectionError:
+                raise SaslError(f"{mechanism} token", None) from None
+        else:
+            answer = sasl_authenticate(connection, token, authenticate_version)
+            if answer.error_code != 0:
+                raise SaslError(
+                    f"SaslAuthenticate v{authenticate_version}",
+                    answer.error_code,
+                    answer.error_message,
+                )
+            challenge, lifetime = answer.auth_bytes, answer.session_lifetime_ms
+        token = client.next(challenge)
+    return lifetime
+
+
+def join_on(
+    connection: Connection,
+    group_id: str,
+    session_timeout_ms: int = 45_000,
+    rebalance_timeout_ms: int = 60_000,
+    assignment: bytes = b"",
+    load_timeout_s: float = 10.0,
+    started: float | None = None,
+) -> Member:
+    """join_group on a connection already open to the group's coordinator (a logged-in
+    one, say): join (again with the member id that MEMBER_ID_REQUIRED gives), then sync
+    as the leader, assigning itself `assignment`. COORDINATOR_LOAD_IN_PROGRESS is retried
+    for `load_timeout_s`. The member; raises PeerError if the coordinator refuses a step."""
+    if started is None:
+        started = time.perf_counter()
+    v_join = connection.version(ApiKey.JOIN_GROUP, JOIN_VERSIONS[ApiKey.JOIN_GROUP])
+    member_id = ""
+    attempts = 0
+    deadline = time.monotonic() + load_timeout_s
+    while True:
+        attempts += 1
+        joined = connection.request(
+            JoinGroupRequest(
+                group_id=group_id,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                member_id=member_id,
+                group_instance_id=None,
+                protocol_type="consumer",
+                protocols=[JoinGroupRequestProtocol("range", b"")],
+            ),
+            v_join,
+        )
+        assert isinstance(joined, JoinGroupResponse)
+        if joined.error_code == ErrorCode.MEMBER_ID_REQUIRED and not member_id:
+            member_id = joined.member_id  # asked once; a second time is an error
+            if member_id:
+                continue
+        if (
+            joined.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+            continue
+        if joined.error_code != 0:
+            raise PeerError(f"JoinGroup v{v_join}: error {joined.error_code}")
+        break
+    member_id = joined.member_id
+    if joined.leader != member_id:
+        raise PeerError(f"JoinGroup: leader {joined.leader!r}, not this member {member_id!r}")
+    synced = connection.request(
+        SyncGroupRequest(
+            group_id=group_id,
+            generation_id=joined.generation_id,
+            member_id=member_id,
+            group_instance_id=None,
+            assignments=[SyncGroupRequestAssignment(member_id, assignment)],
+        ),
+        connection.version(ApiKey.SYNC_GROUP, JOIN_VERSIONS[ApiKey.SYNC_GROUP]),
+    )
+    assert isinstance(synced, SyncGroupResponse)
+    if synced.error_code != 0:
+        raise PeerError(f"SyncGroup: error {synced.error_code}")
+    host, port = connection.address
+    return Member(
+        host,
+        port,
         group_id,
         member_id,
         joined.generation_id,
         attempts,
         (time.perf_counter() - started) * 1000,
     )
-    return connection, member

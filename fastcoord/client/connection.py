@@ -14,6 +14,11 @@ from the socket itself, by the connection's own task, or, given a poller (lane.P
 whoever polls it, which hands this connection what its lane leaves (`heard`). Whoever sent
 a request is told of its answer by a callback, or of the connection's loss by the same
 callback with no answer.
+
+A listener other than PLAINTEXT is met as its security settings say (login.py): a SASL
+login after ApiVersions, before the first request, on a connection that then works as any
+other; over TLS, a TlsConnection, whose bytes go through its TLS stream only, never by the
+descriptor paths above.
 """
 
 from __future__ import annotations
@@ -28,6 +33,14 @@ import numpy as np
 import trio
 
 from fastcoord.client.lane import ROW, Unusual
+from fastcoord.client.login import (
+    ClientSecurity,
+    OnRound,
+    TlsFailed,
+    authenticate,
+    start_tls,
+    tls_reason,
+)
 from fastcoord.client.native import Lane, Poller, make_lane
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode, ProtocolError
@@ -67,6 +80,9 @@ LIBRDKAFKA: dict[int, int] = {
 }
 MAX_RESPONSE_BYTES = 100 * 1024 * 1024  # a larger size prefix is a broken stream
 READ_BYTES = 256 * 1024
+# How long a TLS connection's end waits to send its close_notify: a server that stopped
+# reading must not hold the connection's end for ever.
+CLOSE_NOTIFY_S = 1.0
 
 # The answer to a request: the response, or None when the connection was lost first.
 OnAnswer = Callable[[Response | None, int], None]  # (response, latency in ns)
@@ -113,12 +129,22 @@ class Connection:
         client_id: str = CLIENT_ID,
         wanted: dict[int, int] | None = None,
         poller: Poller | None = None,
+        *,
+        security: ClientSecurity | None = None,
+        user: int = 0,
+        on_login: OnRound | None = None,
     ) -> None:
         """`lane` carries the heartbeats and commits of the members using this connection
         (none by default); `on_lane` gets its answers that are not plain successes, and,
         when the connection ends, a NETWORK_EXCEPTION for each member the lane holds.
-        With a `poller`, `run` leaves the reading to whoever polls it."""
+        With a `poller`, `run` leaves the reading to whoever polls it. With SASL
+        `security`, `open` logs in as its user number `user`, each round trip of the
+        login handed to `on_login`; TLS security takes a TlsConnection
+        (connection_type)."""
         self.address = address
+        self.security = security
+        self.user = user
+        self.on_login = on_login
         self.wanted = WANTED if wanted is None else wanted
         self.client_id = client_id
         if lane is None:
@@ -128,7 +154,7 @@ class Connection:
         self.poller = poller
         self._heard_end: BaseException | None = None  # why the poller saw the socket end
         self._ended = trio.Event()
-        self.stream: trio.SocketStream | None = None
+        self.stream: trio.abc.Stream | None = None
         self.versions: dict[int, int] = {}
         self.closed = False
         self.ready = False
@@ -152,18 +178,32 @@ class Connection:
 
     async def open(self, timeout_s: float = 10.0) -> None:
         """Connect and learn the broker's versions (ApiVersions, before anything else, as
-        clients do). Raises OSError if the broker cannot be reached."""
+        clients do), then log in if the security settings say SASL. Raises OSError if the
+        broker cannot be reached, login.LoginFailed (an OSError too) if it refuses the
+        login; the socket is closed then."""
         with trio.fail_after(timeout_s):
-            self.stream = await trio.open_tcp_stream(*self.address)
-            self._fd = self.stream.socket.fileno()
-            response = await self._ask_directly(
-                ApiVersionsRequest(client_software_name="fastcoord", client_software_version="1"), 3
-            )
-            if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
-                response = await self._ask_directly(ApiVersionsRequest(), 0)
-        if response.error_code != ErrorCode.NONE:
-            raise ConnectionLost(f"ApiVersions: {_name(response.error_code)}")
-        served = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            tcp = await trio.open_tcp_stream(*self.address)
+            try:
+                self._fd = tcp.socket.fileno()
+                self.stream = await self._secure(tcp)
+                response = await self._ask_directly(
+                    ApiVersionsRequest(
+                        client_software_name="fastcoord", client_software_version="1"
+                    ),
+                    3,
+                )
+                if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
+                    response = await self._ask_directly(ApiVersionsRequest(), 0)
+                if response.error_code != ErrorCode.NONE:
+                    raise ConnectionLost(f"ApiVersions: {_name(response.error_code)}")
+                served = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+                if self.security is not None and self.security.sasl:
+                    await self._login(served)
+            except BaseException:
+                # Not left to the collector: a run whose logins fail opens one after another.
+                with trio.CancelScope(shield=True):
+                    await tcp.aclose()
+                raise
         for api, wanted in self.wanted.items():
             low, high = served.get(api, (0, -1))
             if high >= 0 and low <= wanted:
@@ -171,7 +211,25 @@ class Connection:
         self._heartbeat_version = self.versions.get(ApiKey.HEARTBEAT, 0)
         self.ready = True
 
-    async def _ask_directly(self, request: ApiVersionsRequest, version: int) -> Any:
+    async def _secure(self, tcp: trio.SocketStream) -> trio.abc.Stream:
+        """The stream the connection speaks over: the TCP stream itself, or TLS's over it."""
+        return tcp
+
+    async def _login(self, served: dict[int, tuple[int, int]]) -> None:
+        security = self.security
+        assert security is not None
+        await authenticate(
+            self._ask_directly,
+            served,
+            security.mechanism,
+            security.username(self.user),
+            security.sasl_password or "",
+            self.on_login,
+        )
+
+    async def _ask_directly(self, request: Request, version: int) -> Any:
+        """`request` at `version` and its answer, before the connection runs (ApiVersions,
+        a login): one request in flight, nothing else read."""
         assert self.stream is not None
         correlation = self._next_correlation()
         header = RequestHeader(request.API_KEY, version, correlation, self.client_id)
@@ -192,7 +250,7 @@ class Connection:
                     return response
             data = await self.stream.receive_some(READ_BYTES)
             if not data:
-                raise ConnectionLost("closed during ApiVersions")
+                raise ConnectionLost(f"closed during {type(request).__name__[:-7]}")
             buf += data
 
     def version(self, api_key: int) -> int:
@@ -331,12 +389,37 @@ class Connection:
             item.sent_ns = now
         self.lane.stamp(now)
 
+    def _received(
+        self,
+        buf: bytearray,
+        data: bytes | bytearray,
+        unusual: list[Unusual],
+        others: list[tuple[int, bytes]],
+    ) -> list[Unusual]:
+        """Bytes read: the lane records its plain successes, the rest go to their requests.
+        The list for the next read's unusual answers (this one, unless handed on)."""
+        now = time.perf_counter_ns()
+        self._received_at_ns = now
+        buf += data
+        pos = self.lane.read(
+            buf, 0, MAX_RESPONSE_BYTES, self._heartbeat_version, now, unusual, others
+        )
+        if pos:
+            del buf[:pos]
+        if unusual:
+            self._unusual(unusual, now)
+            unusual = []
+        if others:
+            for correlation, frame in others:
+                self._answer(correlation, frame, now)
+            others.clear()
+        return unusual
+
     async def _read(self) -> None:
         assert self.stream is not None
         buf = bytearray()
         unusual: list[Unusual] = []
         others: list[tuple[int, bytes]] = []
-        lane = self.lane
         fd = self._fd
         while True:
             # The socket itself rather than the stream's receive_some, for the reason
@@ -349,21 +432,7 @@ class Connection:
                 continue
             if not data:
                 return
-            now = time.perf_counter_ns()
-            self._received_at_ns = now
-            buf += data
-            pos = lane.read(
-                buf, 0, MAX_RESPONSE_BYTES, self._heartbeat_version, now, unusual, others
-            )
-            if pos:
-                del buf[:pos]
-            if unusual:
-                self._unusual(unusual, now)
-                unusual = []
-            if others:
-                for correlation, frame in others:
-                    self._answer(correlation, frame, now)
-                others.clear()
+            unusual = self._received(buf, data, unusual, others)
 
     @property
     def received_at_ns(self) -> int:
@@ -465,6 +534,65 @@ class Connection:
             return True
         join = next(iter(self._joins.values()), None)
         return join is not None and now - join.sent_ns > join_grace_ns
+
+
+class TlsConnection(Connection):
+    """A connection over TLS (security.protocol ssl or sasl_ssl). Its bytes go through its
+    TLS stream only: a flush leaves what it adds to the outbox to the writer task, and the
+    connection reads in its own task, never by a poller; the descriptor carries TLS
+    records, which only the stream can write and read."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.poller = None
+
+    async def open(self, timeout_s: float = 10.0) -> None:
+        try:
+            await super().open(timeout_s)
+        except trio.BrokenResourceError as exc:
+            # TLS 1.3 lets the client's handshake end before the server has checked its
+            # certificate: a refusal comes as an alert at the first answer.
+            host, port = self.address
+            raise TlsFailed(f"TLS with {host}:{port} failed: {tls_reason(exc)}") from None
+
+    async def _secure(self, tcp: trio.SocketStream) -> trio.abc.Stream:
+        assert self.security is not None
+        return await start_tls(tcp, self.address[0], self.security)
+
+    def flush(self, now_ms: int) -> None:
+        """Put what the lane has due at `now_ms` in the outbox, for the writer."""
+        if self.closed:
+            return
+        before = len(self._outbox)
+        self._correlation = self.lane.due(now_ms, self._correlation, self._outbox)
+        if len(self._outbox) != before:
+            self._wake.set()
+
+    async def _read(self) -> None:
+        """As Connection._read, from the TLS stream."""
+        assert self.stream is not None
+        receive = self.stream.receive_some
+        buf = bytearray()
+        unusual: list[Unusual] = []
+        others: list[tuple[int, bytes]] = []
+        while True:
+            data = await receive(READ_BYTES)
+            if not data:
+                return
+            unusual = self._received(buf, data, unusual, others)
+
+    async def _fail(self) -> None:
+        if self.stream is not None:
+            # close_notify, then the socket; past the deadline, the socket alone.
+            deadline = trio.current_time() + CLOSE_NOTIFY_S
+            with trio.CancelScope(shield=True, deadline=deadline):
+                await self.stream.aclose()
+        await super()._fail()
+
+
+def connection_type(security: ClientSecurity | None) -> type[Connection]:
+    """The class of a connection with these security settings: TLS's, or the plain one."""
+    return TlsConnection if security is not None and security.tls else Connection
 
 
 def is_fastcoord(cluster_id: str | None) -> bool:

@@ -87,7 +87,9 @@ class ConsumerFleet(Fleet):
         await super()._learn_topics()
         self._wanted = CONSUMER_WANTED  # kept whatever the server is
 
-    def add(self, group_id: str, instance_id: str | None = None) -> Seat[Any]:
+    def add(
+        self, group_id: str, instance_id: str | None = None, number: int | None = None
+    ) -> Seat[Any]:
         c = self.config
         member = ConsumerMember(
             group_id,
@@ -100,7 +102,8 @@ class ConsumerFleet(Fleet):
             tally=self._tally,
         )
         index = len(self.seats)
-        seat: Seat[ConsumerMember] = Seat(index, member, index % c.members_per_connection)
+        share, slot = self._place(index if number is None else number)
+        seat: Seat[ConsumerMember] = Seat(index, member, slot, share=share)
         member.listener = seat
         self.seats.append(seat)
         return seat

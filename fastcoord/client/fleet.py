@@ -18,17 +18,25 @@ Members of the consumer group protocol (KIP-848) are consumer_fleet.py's, a flee
 all of this but what a member says once connected; its steady members heartbeat and commit
 in the same lanes.
 
-Each member sits in a Seat: its place in the fleet (its index, which fixes the connection it
-shares, index // members_per_connection, and its slot in that connection's lane) and its
-coordinator's connection. Everything measured goes to a Recorder: every answer's latency
-and error, each rebalance a member saw, each commit.
+Each member sits in a Seat: its place in the fleet (its share, the number of the connection
+it shares, index // members_per_connection, and its slot in that connection's lane,
+index % members_per_connection) and its coordinator's connection. Everything measured goes
+to a Recorder: every answer's latency and error, each rebalance a member saw, each commit.
 
 Against a cluster, members whose groups have different coordinators cannot share a socket:
-connections are keyed by (coordinator, index // members_per_connection), so the members of
-one index share a connection per node, each in its own slot (index % members_per_connection,
-distinct within the index whatever the node). What is measured on a member's connection
-counts in its coordinator's share (the Recorder's per-node figures), and which node
-coordinates which group is noted as FindCoordinator answers.
+connections are keyed by (coordinator, share), so the members of one share share a
+connection per node, each in its own slot (distinct within the share whatever the node).
+What is measured on a member's connection counts in its coordinator's share (the Recorder's
+per-node figures), and which node coordinates which group is noted as FindCoordinator
+answers.
+
+With SASL, a connection logs in as one user, so members that log in as different users
+cannot share one. Member number i logs in as user i % users (login.ClientSecurity), and
+the shares are dealt per user: the k-th member of user u is in share
+(k // members_per_connection) * users + u, slot k % members_per_connection. With one user
+that is the rule above. The login's round trips (SaslHandshake, SaslAuthenticate) are
+recorded as any request; a refused login sends the members waiting for that connection
+back to find their coordinator after their backoff, as a failed connect does.
 """
 
 from __future__ import annotations
@@ -52,8 +60,10 @@ from fastcoord.client.connection import (
     Connection,
     ConnectionLost,
     LaneAnswer,
+    connection_type,
     is_fastcoord,
 )
+from fastcoord.client.login import ClientSecurity, LoginFailed
 from fastcoord.client.member import Member, Next, Rebalance, State, committed
 from fastcoord.client.native import (
     Lane,
@@ -163,6 +173,8 @@ class FleetConfig:
     seed: int = 0
     # "classic" (this fleet) or "consumer" (consumer_fleet.ConsumerFleet, KIP-848).
     group_protocol: str = "classic"
+    # TLS and SASL, as the consumers' own settings say; plaintext by default.
+    security: ClientSecurity = field(default_factory=ClientSecurity)
 
 
 M = TypeVar("M")  # the member a seat holds: member.Member, or a ConsumerMember
@@ -182,6 +194,7 @@ class Seat(Generic[M]):
     down: bool = True
     lane: Lane | None = None  # where the member heartbeats while stable
     commit_keys: list[tuple[str, int]] = field(default_factory=list)  # what its lane commits
+    share: int = 0  # the number of the connection it shares (per coordinator)
 
     def state_changed(self, member: Any, old: State, new: State) -> None:
         """A member leaving STABLE stops heartbeating and committing at once; the
@@ -248,6 +261,9 @@ class Fleet:
         self._last_progress_ns = time.perf_counter_ns()
         self._reopening = False
         self._wanted = WANTED
+        self._connection_type = connection_type(config.security)
+        self._users = config.security.users
+        self._placed = [0] * self._users  # members placed so far, by user
 
     # -- clocks ----------------------------------------------------------------------------
 
@@ -283,16 +299,25 @@ class Fleet:
         )
         return max(1, min(FLUSH_MS, min(intervals) // 20) // TICK_MS)
 
-    async def _open(self, address: Address, lane: bool = False) -> Connection:
-        """A connection to `address`; with `lane`, one for members, read by the poller,
-        whose lane records into the node's sinks."""
-        latency_sink, commit_sink = self.recorder.sinks(address if lane else None)
-        connection = Connection(
+    async def _open(self, address: Address, lane: bool = False, user: int = 0) -> Connection:
+        """A connection to `address`, logged in as `user` if SASL; with `lane`, one for
+        members, read by the poller (unless TLS), whose lane records into the node's sinks,
+        as its login's round trips count in the node's share."""
+        node = address if lane else None
+        latency_sink, commit_sink = self.recorder.sinks(node)
+
+        def on_login(api: int, latency_ns: int, code: int) -> None:
+            self.recorder.record(api, latency_ns, code, node)
+
+        connection = self._connection_type(
             address,
             make_lane(self.config.members_per_connection if lane else 0, latency_sink, commit_sink),
             self._on_lane,
             wanted=self._wanted,
             poller=self._poller if lane else None,
+            security=self.config.security,
+            user=user,
+            on_login=on_login,
         )
         await connection.open(self.config.connect_timeout_s)
         return connection
@@ -339,7 +364,21 @@ class Fleet:
                 )
                 self.partitions[t] = self.config.partitions
 
-    def add(self, group_id: str, instance_id: str | None = None) -> Seat[Any]:
+    def _place(self, number: int) -> tuple[int, int]:
+        """The share and slot of the next member, number `number` of the run: the shares of
+        its user's members fill one after another (see the module's doc)."""
+        users = self._users
+        user = number % users
+        k = self._placed[user]
+        self._placed[user] = k + 1
+        per = self.config.members_per_connection
+        return (k // per) * users + user, k % per
+
+    def add(
+        self, group_id: str, instance_id: str | None = None, number: int | None = None
+    ) -> Seat[Any]:
+        """A member of `group_id`, not started; `number` is its number in the whole run
+        (default: in this fleet), which decides its SASL user."""
         c = self.config
         member = Member(
             group_id,
@@ -351,7 +390,8 @@ class Fleet:
             tally=self._tally,
         )
         index = len(self.seats)
-        seat = Seat(index, member, index % c.members_per_connection)
+        share, slot = self._place(index if number is None else number)
+        seat = Seat(index, member, slot, share=share)
         member.listener = seat
         self.seats.append(seat)
         return seat
@@ -409,7 +449,7 @@ class Fleet:
 
     def _connect(self, seat: Seat[Any]) -> None:
         assert seat.coordinator is not None
-        key = (seat.coordinator, seat.index // self.config.members_per_connection)
+        key = (seat.coordinator, seat.share)
         connection = self._connections.get(key)
         if connection is not None and not connection.closed:
             seat.connection = connection
@@ -425,11 +465,22 @@ class Fleet:
     async def _open_for(self, key: tuple[Address, int]) -> None:
         try:
             async with self._opening:
-                connection = await self._open(key[0], lane=True)
-        except Exception as exc:  # OSError, a timeout, a bad answer: the seats retry
-            log.debug("cannot connect to %s: %s", _address(key[0]), exc)
+                connection = await self._open(key[0], lane=True, user=key[1] % self._users)
+        except LoginFailed as exc:
+            if not exc.api:  # TLS failed, or the client gave up: as a connect that failed
+                self._cannot_open(key, exc)
+                return
+            # Refused, and counted as the answer that said so: the server answers, so the
+            # members go on trying, after their backoff, as after any refusal.
+            log.debug("cannot log in to %s: %s", _address(key[0]), exc)
+            # Its row names no group: the login was the connection's, whoever waited on it.
+            self.recorder.error_row(exc.api, exc.code, "", "", self.wall_ms())
+            self._progress()
             for seat in self._connecting.pop(key, []):
-                self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.API_VERSIONS)
+                self._retry(seat, exc.code, exc.api)
+            return
+        except Exception as exc:  # OSError, a timeout, a bad answer: the seats retry
+            self._cannot_open(key, exc)
             return
         self._progress()
         self._connections[key] = connection
@@ -444,6 +495,11 @@ class Fleet:
             if not seat.down:
                 seat.connection = connection
                 self._connected(seat)
+
+    def _cannot_open(self, key: tuple[Address, int], exc: Exception) -> None:
+        log.debug("cannot connect to %s: %s", _address(key[0]), exc)
+        for seat in self._connecting.pop(key, []):
+            self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.API_VERSIONS)
 
     async def _run_connection(self, key: tuple[Address, int], connection: Connection) -> None:
         try:

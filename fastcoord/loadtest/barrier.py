@@ -139,7 +139,7 @@ class _Task:
         if kind != "waiting":
             return f"its worker process said {kind}: {body}"
         self.pid, self.files = body["pid"], body["files"]
-        problem = _unreachable(self.job.fleet.bootstrap, self.job.probe_timeout_s)
+        problem = _unreachable(self.job.fleet, self.job.probe_timeout_s)
         self.ready_ms = round(time.time() * 1000)
         return problem
 
@@ -259,16 +259,16 @@ def _totals(n: int, aggregator: Aggregator) -> dict[str, Any]:
     }
 
 
-def _unreachable(bootstrap: tuple[str, int], timeout_s: float) -> str | None:
-    """Why this host cannot reach the bootstrap broker (a Metadata request), or None."""
+def _unreachable(fleet: FleetConfig, timeout_s: float) -> str | None:
+    """Why this host cannot reach the bootstrap broker (a Metadata request, over TLS and
+    logged in as the members' settings say: their CA and certificate files are this
+    host's), or None."""
     import trio
 
-    from fastcoord.client.connection import connect_reason
-    from fastcoord.loadtest.run import ask_metadata
+    from fastcoord.loadtest.run import ask_metadata, unreachable
 
-    host, port = bootstrap
     try:
-        trio.run(ask_metadata, bootstrap, timeout_s)
+        trio.run(ask_metadata, fleet.bootstrap, timeout_s, None, fleet.security)
     except Exception as exc:
-        return f"cannot reach the bootstrap {host}:{port} ({connect_reason(exc)})"
+        return unreachable(fleet.bootstrap, fleet.security, exc)
     return None

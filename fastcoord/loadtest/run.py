@@ -1,16 +1,17 @@
 """`fastcoord loadtest`: check what can be checked, start the workers, gather, report.
 
 The parent process drives no members: it refuses a run that cannot work (an --out that
-holds another run, more connections than the open-file limit allows, an unreachable
-bootstrap or admin port, shared connections against a server that would deadlock them, a
-fault schedule it cannot apply), starts the worker processes, adds the scheduled faults on
-time (loadtest/faults.py), samples the server's CPU and memory (loadtest/sampler.py, with
---admin), merges the workers' seconds into the live display and the results under --out,
-and ends with the summary and an exit status: 0 passed, 1 a threshold was exceeded, 2 the
-run could not start, 3 it was cut short (the server died or stalled, a worker failed), 130
-interrupted (Ctrl-C), 143 terminated (SIGTERM). Ctrl-C and SIGTERM end a run alike: the
-members are told to stop and leave, and the summary is written. Whatever was measured
-before an end of any kind is kept.
+holds another run, more connections than the open-file limit allows, security settings that
+contradict each other or files it cannot load, an unreachable bootstrap or admin port, a
+bootstrap that refuses the login, shared connections against a server that would deadlock
+them, a fault schedule it cannot apply), starts the worker processes, adds the scheduled
+faults on time (loadtest/faults.py), samples the server's CPU and memory
+(loadtest/sampler.py, with --admin), merges the workers' seconds into the live display and
+the results under --out, and ends with the summary and an exit status: 0 passed, 1 a
+threshold was exceeded, 2 the run could not start, 3 it was cut short (the server died or
+stalled, a worker failed), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM). Ctrl-C and
+SIGTERM end a run alike: the members are told to stop and leave, and the summary is
+written. Whatever was measured before an end of any kind is kept.
 
 Against a cluster the bootstrap is one node, asked for Metadata (the probe's and each
 worker's) and FindCoordinator; each member then connects to its group's coordinator, so the
@@ -26,6 +27,7 @@ import math
 import multiprocessing
 import resource
 import signal
+import ssl
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -38,9 +40,15 @@ import numpy as np
 import trio
 from rich.console import Console
 
-from fastcoord.client.connection import Connection, connect_reason, is_fastcoord
+from fastcoord.client.connection import (
+    ConnectionLost,
+    connect_reason,
+    connection_type,
+    is_fastcoord,
+)
 from fastcoord.client.consumer_fleet import CONSUMER_WANTED
 from fastcoord.client.fleet import FleetConfig
+from fastcoord.client.login import PLAINTEXT, ClientSecurity, LoginFailed, TlsFailed
 from fastcoord.loadtest import barrier, faults, results, sampler, scenarios, worker
 from fastcoord.loadtest.aggregate import Aggregator, Thresholds
 from fastcoord.loadtest.display import LiveDisplay, print_summary
@@ -95,6 +103,8 @@ class Options:
     # them), rather than processes of this machine; --conf: Spark's settings
     master: str | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
+    # The members' own TLS and SASL settings (--security-protocol, --sasl-*, --ssl-*).
+    security: ClientSecurity = PLAINTEXT
 
 
 class CannotStart(Exception):
@@ -111,11 +121,16 @@ def parse_bootstrap(text: str) -> tuple[str, int]:
 
 def connections_per_worker(o: Options, nodes: int = 1) -> list[int]:
     """The most connections each worker opens to coordinators: one per members_per_connection
-    of its members (in the order it adds them), and against `nodes` nodes one per node among
-    the groups of those members, which may each have another coordinator."""
+    of its members (in the order it adds them; with several SASL users, of each user's),
+    and against `nodes` nodes one per node among the groups of those members, which may
+    each have another coordinator."""
+    users = o.security.users
     counts = []
     for n in range(o.processes):
         indexes = np.arange(n, o.members, o.processes, dtype=np.int64)
+        if users > 1 and o.members_per_connection > 1:
+            counts.append(_connections_by_user(o, indexes, users, nodes))
+            continue
         if nodes == 1 or o.members_per_connection == 1:
             counts.append(-(-len(indexes) // o.members_per_connection))
             continue
@@ -128,6 +143,22 @@ def connections_per_worker(o: Options, nodes: int = 1) -> list[int]:
             lasts = np.append(lasts, groups[-1])
         counts.append(int(np.minimum(lasts - firsts + 1, nodes).sum()))
     return counts
+
+
+def _connections_by_user(o: Options, indexes: np.ndarray, users: int, nodes: int) -> int:
+    """connections_per_worker's count for members dealt to connections per user (the
+    fleet's rule: the k-th member of user u in share (k // per) * users + u)."""
+    user = indexes % users
+    order = np.lexsort((indexes, user))  # by user, then in the order they are added
+    user, indexes = user[order], indexes[order]
+    k = np.arange(len(indexes)) - np.searchsorted(user, user, side="left")
+    share = (k // o.members_per_connection) * users + user
+    firsts = np.flatnonzero(np.diff(share, prepend=-1))  # each share is one run here
+    if nodes == 1:
+        return len(firsts)
+    lasts = np.append(firsts[1:] - 1, len(share) - 1)
+    groups = indexes * o.groups // max(o.members, 1)
+    return int(np.minimum(groups[lasts] - groups[firsts] + 1, nodes).sum())
 
 
 def check_file_limit(o: Options, nodes: int = 1) -> None:
@@ -162,12 +193,15 @@ class Server:
 
 
 async def ask_metadata(
-    address: tuple[str, int], timeout_s: float, wanted: dict[int, int] | None = None
+    address: tuple[str, int],
+    timeout_s: float,
+    wanted: dict[int, int] | None = None,
+    security: ClientSecurity = PLAINTEXT,
 ) -> tuple[str | None, dict[int, int], int]:
-    """The broker's cluster id, from a Metadata request on a fresh connection, the
-    versions of `wanted` (default: the classic members') it serves, and how many brokers
-    the cluster has."""
-    connection = Connection(address, wanted=wanted)
+    """The broker's cluster id, from a Metadata request on a fresh connection (secured
+    and logged in as user 0, as `security` says), the versions of `wanted` (default: the
+    classic members') it serves, and how many brokers the cluster has."""
+    connection = connection_type(security)(address, wanted=wanted, security=security)
     await connection.open(timeout_s)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(connection.run)
@@ -184,13 +218,10 @@ def probe(o: Options, address: tuple[str, int]) -> Server:
     consumer = o.group_protocol == "consumer"
     try:
         cluster_id, versions, nodes = trio.run(
-            ask_metadata, address, 10.0, CONSUMER_WANTED if consumer else None
+            ask_metadata, address, 10.0, CONSUMER_WANTED if consumer else None, o.security
         )
     except Exception as exc:
-        raise CannotStart(
-            f"cannot reach the bootstrap {address[0]}:{address[1]} ({connect_reason(exc)}): "
-            "is the server running, and is --bootstrap its address?"
-        ) from None
+        raise CannotStart(unreachable(address, o.security, exc)) from None
     fastcoord = is_fastcoord(cluster_id)
     if consumer and ApiKey.CONSUMER_GROUP_HEARTBEAT not in versions:
         raise CannotStart(
@@ -209,6 +240,108 @@ def probe(o: Options, address: tuple[str, int]) -> Server:
             "other for ever. Use --members-per-connection 1 (and --processes for more members)."
         )
     return Server(fastcoord, nodes)
+
+
+def unreachable(address: tuple[str, int], security: ClientSecurity, exc: BaseException) -> str:
+    """Why the bootstrap could not be asked, in one line, with what to check."""
+    where = f"{address[0]}:{address[1]}"
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]  # from the nursery the Metadata request ran in
+    if isinstance(exc, TlsFailed):
+        return f"cannot reach the bootstrap {where}: {exc}"
+    if isinstance(exc, LoginFailed):
+        return (
+            f"cannot log in to the bootstrap {where} as {security.username(0)} with "
+            f"{security.mechanism}: {exc}"
+        )
+    hint = "is the server running, and is --bootstrap its address?"
+    if isinstance(exc, ConnectionLost):
+        # A listener of another security protocol closes the connection at the first
+        # bytes it does not expect, or at the first request before a login.
+        hint = f"is --bootstrap a listener of --security-protocol {security.security_protocol}?"
+    return f"cannot reach the bootstrap {where} ({connect_reason(exc)}): {hint}"
+
+
+# Each security flag, as the fields of ClientSecurity are named after them.
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+SASL_SETTINGS = ("sasl_mechanism", "sasl_username", "sasl_password")
+TLS_SETTINGS = (
+    "ssl_ca_location",
+    "ssl_certificate_location",
+    "ssl_key_location",
+    "ssl_endpoint_identification_algorithm",
+)
+TLS_FILES = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
+
+
+def check_security(s: ClientSecurity) -> None:
+    """Refuse security settings that contradict each other or cannot be used: a SASL or
+    TLS setting under a protocol without it, a SASL protocol without its user or password,
+    several users with one name, a key without its certificate, files that cannot be
+    loaded."""
+    protocol = s.security_protocol
+    if not s.sasl:
+        given = [_flag(k) for k in SASL_SETTINGS if getattr(s, k) is not None]
+        given += ["--sasl-users"] if s.sasl_users != 1 else []
+        if given:
+            raise CannotStart(
+                f"{_need(given)} --security-protocol sasl_plaintext or sasl_ssl (it is {protocol})"
+            )
+    if not s.tls:
+        given = [_flag(k) for k in TLS_SETTINGS if getattr(s, k) is not None]
+        if given:
+            raise CannotStart(
+                f"{_need(given)} --security-protocol ssl or sasl_ssl (it is {protocol})"
+            )
+    if s.sasl:
+        missing = [_flag(k) for k in ("sasl_username", "sasl_password") if not getattr(s, k)]
+        if missing:
+            raise CannotStart(f"--security-protocol {protocol} needs {' and '.join(missing)}")
+        assert s.sasl_username is not None
+        if s.sasl_users > 1 and "{n}" not in s.sasl_username:
+            raise CannotStart(
+                f"--sasl-users {s.sasl_users} needs {{n}} in --sasl-username (user-{{n}}, say, "
+                f"for user-0 to user-{s.sasl_users - 1}): every user would be {s.sasl_username}"
+            )
+    if s.tls:
+        if s.ssl_key_location and not s.ssl_certificate_location:
+            raise CannotStart(
+                "--ssl-key-location needs --ssl-certificate-location, the client certificate "
+                "it is the key of"
+            )
+        for name in TLS_FILES:
+            path = getattr(s, name)
+            if path is not None and not Path(path).is_file():
+                raise CannotStart(f"{_flag(name)} {path}: no such file")
+        try:
+            s.context()
+        except (OSError, ValueError) as exc:
+            raise CannotStart(_context_refusal(s, exc)) from None
+
+
+def _need(flags: list[str]) -> str:
+    """ "--a needs", "--a and --b need", "--a, --b and --c need"."""
+    if len(flags) == 1:
+        return f"{flags[0]} needs"
+    return f"{', '.join(flags[:-1])} and {flags[-1]} need"
+
+
+def _context_refusal(s: ClientSecurity, exc: BaseException) -> str:
+    """Which TLS file could not be loaded, and ssl's reason."""
+    reason = (getattr(exc, "reason", None) or str(exc)).lower().replace("_", " ")
+    try:
+        ssl.create_default_context(cafile=s.ssl_ca_location)
+    except (OSError, ValueError):
+        return f"--ssl-ca-location {s.ssl_ca_location}: cannot load CA certificates ({reason})"
+    files = ", ".join(
+        f"{_flag(k)} {getattr(s, k)}"
+        for k in ("ssl_certificate_location", "ssl_key_location")
+        if getattr(s, k)
+    )
+    return f"{files}: cannot load the client certificate and key ({reason})"
 
 
 def plan_of(o: Options) -> scenarios.Plan:
@@ -241,6 +374,7 @@ def fleet_config(o: Options, address: tuple[str, int]) -> FleetConfig:
         partitions=o.partitions,
         seed=o.seed,
         group_protocol=o.group_protocol,
+        security=o.security,
     )
 
 
@@ -292,6 +426,7 @@ def run(o: Options, console: Console | None = None) -> int:
 
     try:
         address = parse_bootstrap(o.bootstrap)
+        check_security(o.security)
         check_out(o.out)
         if o.master is None:
             check_file_limit(o)
@@ -314,6 +449,7 @@ def run(o: Options, console: Console | None = None) -> int:
             return refuse(exc)
     o.out.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(o).items()}
+    config["security"] = o.security.described()  # never the password
     config["server_is_fastcoord"] = server.fastcoord
     config["server_nodes"] = server.nodes
     thresholds = Thresholds(o.max_error_rate, o.max_p99_ms)

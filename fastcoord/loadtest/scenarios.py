@@ -69,9 +69,8 @@ async def run(fleet: Fleet, plan: Plan, worker: int, workers: int, deadline: flo
     static = plan.scenario == "static"
     seats: list[Seat] = []
     async for i in _paced(plan.mine(worker, workers)):
-        seats.append(
-            fleet.add(plan.group_of(i), f"{plan.group_of(i)}-member-{i}" if static else None)
-        )
+        instance = f"{plan.group_of(i)}-member-{i}" if static else None
+        seats.append(fleet.add(plan.group_of(i), instance, number=i))
     play = PLAYS[plan.scenario]
     with trio.move_on_at(deadline):
         await play(fleet, plan, seats, deadline)

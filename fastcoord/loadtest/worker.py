@@ -34,6 +34,7 @@ import trio
 from fastcoord.client.connection import connect_reason
 from fastcoord.client.consumer_fleet import ConsumerFleet
 from fastcoord.client.fleet import Fleet, FleetAborted, FleetConfig
+from fastcoord.client.login import LoginFailed, TlsFailed
 from fastcoord.loadtest import scenarios
 from fastcoord.loadtest.stats import Recorder
 from fastcoord.server import collector
@@ -101,6 +102,12 @@ async def _run(job: Job, pipe: Pipe) -> None:
     async with trio.open_nursery() as nursery:
         try:
             await nursery.start(fleet.run)
+        except LoginFailed as exc:  # an OSError: before the clause below
+            host, port = job.fleet.bootstrap
+            what = "reach" if isinstance(exc, TlsFailed) else "log in to"
+            pipe.send(("failed", f"cannot {what} {host}:{port}: {exc}"))
+            nursery.cancel_scope.cancel()
+            return
         except (OSError, trio.TooSlowError, FleetAborted) as exc:
             host, port = job.fleet.bootstrap
             pipe.send(("failed", f"cannot reach {host}:{port}: {connect_reason(exc)}"))

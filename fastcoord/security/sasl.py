@@ -165,10 +165,13 @@ class Users:
     def scram(self, name: str, mechanism: str) -> tuple[ScramKeys, bool]:
         """The user's decoded SCRAM credential and True; for a user without one, a fake
         credential (the same for the same name, in this process) and False."""
+        # The fake is made for every name, known or not, so that the time of the first
+        # answer does not tell an unknown user from a known one.
+        fake = self._fake_scram(name, mechanism)
         found = self._scram.get((name, mechanism))
         if found is not None:
             return found, True
-        return self._fake_scram(name, mechanism), False
+        return fake, False
 
     def _fake_scram(self, name: str, mechanism: str) -> ScramKeys:
         digest = _HASHES[mechanism]
@@ -230,6 +233,7 @@ class Step(NamedTuple):
     error_message: str | None
     session_lifetime_ms: int
     outcome: Outcome
+    answered: bool = True  # False: a failure that closes the connection at once, unanswered
 
     def response(self) -> SaslAuthenticateResponse:
         return SaslAuthenticateResponse(
@@ -475,11 +479,14 @@ class Authentication:
                 "continue",
             )
         if state is State.REAUTH_BAD_MECHANISM:
-            return self._fail(
+            # Kafka throws this from the authenticator itself, outside the token's handling
+            # that builds an answer: the connection closes at once, unanswered.
+            failed = self._fail(
                 f"SASL mechanism '{self._reauth_mechanism}' requested by client is not "
                 f"supported for re-authentication of mechanism '{self.mechanism}'",
                 "mechanism changed",
             )
+            return failed._replace(answered=False)
         if state is not State.AUTHENTICATE or self._exchange is None:
             raise TransitionError(f"a SASL token in SASL state {state.name}")
         if len(auth_bytes) > self.max_receive:

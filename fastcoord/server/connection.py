@@ -131,6 +131,8 @@ class Connection:
         self.fast = True  # heartbeats answered by the member table alone
         self.parks = True  # waits for bytes on the reactor (plaintext sockets only)
         self.login_started = trio.Event()  # a SASL exchange began (its time limit runs)
+        # The largest frame read: smaller during a SASL exchange (sasl.server.max.receive.size)
+        self.max_frame = dispatcher.config.socket_request_max_bytes
         self.nursery: trio.Nursery | None = None  # the connection's tasks, while it runs
         if endpoint is None or endpoint.plain:
             self.fast = self.parks = dispatcher.fast_path_allowed(self.principal)
@@ -424,7 +426,7 @@ class Connection:
             self._commit_offsets()
 
     async def _handle_frames_in_order(self) -> None:
-        max_size = self.dispatcher.config.socket_request_max_bytes
+        max_size = self.max_frame
         buf = self._buf
         while not self.closed and len(buf) - self._pos >= 4:
             if self._over_bounds():
@@ -444,10 +446,7 @@ class Connection:
                 return
             (size,) = _SIZE.unpack_from(buf, pos)
             if size < 0 or size > max_size:
-                if self.auth is None and looks_like_tls(bytes(buf[pos : pos + 3])):
-                    self.close("it sent a TLS handshake to a listener without TLS")
-                    return
-                self.close(f"frame of {size} bytes (socket.request.max.bytes is {max_size})")
+                self._oversized(size, max_size, bytes(buf[pos : pos + 3]))
                 return
             if len(buf) - pos - 4 < size:
                 return
@@ -457,6 +456,20 @@ class Connection:
             # JoinGroups so that answers queued behind JoinGroups waiting for a rebalance,
             # and 100k members did not form their groups. A read is at most READ_CHUNK.
             self._handle(bytes(memoryview(buf)[pos + 4 : pos + 4 + size]))  # one copy, not two
+
+    def _oversized(self, size: int, max_size: int, first: bytes) -> None:
+        """A frame larger than may be read: the connection closes, saying why. A TLS
+        ClientHello read as a size is a client that speaks TLS to a listener without it."""
+        if self.tls is None and looks_like_tls(first):
+            reason = "it sent a TLS handshake to a listener without TLS"
+        elif self.auth is not None and max_size == self.auth.max_receive:
+            reason = f"a SASL request of {size} bytes (sasl.server.max.receive.size is {max_size})"
+        else:
+            reason = f"frame of {size} bytes (socket.request.max.bytes is {max_size})"
+        if self.auth is not None and max_size == self.auth.max_receive:
+            security.refuse(self, reason)  # a failure during authentication, as Kafka's are
+        else:
+            self.close(reason)
 
     def _over_bounds(self) -> bool:
         return (
@@ -605,8 +618,8 @@ class Connection:
                 if warned:
                     log.info("client at %s reads its answers again", self.peer)
                     warned = False
-                if (self.closed or self.finishing) and not self.slots:
-                    return
+                if self.closed or (self.finishing and not self.slots):
+                    return  # closed: nothing more is sent; finishing: all owed was sent
                 self._wake = trio.Event()
                 await self._wake.wait()
             elif warned:

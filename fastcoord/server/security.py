@@ -27,6 +27,7 @@ import trio
 
 from fastcoord.protocol import frames
 from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.commit_batch import OffsetCommitAnswer
 from fastcoord.protocol.error_responses import error_response
 from fastcoord.protocol.errors import ErrorCode, ProtocolError
 from fastcoord.protocol.messages import (
@@ -34,6 +35,7 @@ from fastcoord.protocol.messages import (
     SaslAuthenticateResponse,
     SaslHandshakeRequest,
 )
+from fastcoord.protocol.schema import Response
 from fastcoord.security import tls
 from fastcoord.security.sasl import Authentication, Verdict
 
@@ -72,6 +74,7 @@ async def begin(conn: Connection) -> bool:
         )
         conn.gated = True
         conn.fast = False
+        conn.max_frame = sasl.max_receive  # Kafka bounds what it reads before login
         conn.login_started = trio.Event()
     else:
         conn.fast = conn.dispatcher.fast_path_allowed(conn.principal)
@@ -96,7 +99,7 @@ def admit(conn: Connection, frame: bytes) -> bool:
         return True
     name = _api_name(api_key)
     if verdict == Verdict.CLOSE:
-        conn.close(f"{name} before SASL authentication on listener {_listener(conn)}")
+        refuse(conn, f"{name} before SASL authentication on listener {_listener(conn)}")
         return False
     if verdict == Verdict.EXPIRED:
         conn.close("its SASL session expired (connections.max.reauth.ms) before this " + name)
@@ -109,27 +112,26 @@ def admit(conn: Connection, frame: bytes) -> bool:
     slot = conn.new_slot(header)
     version = header.api_version
     if verdict == Verdict.ILLEGAL:
-        slot.answer(error_response(request, version, ErrorCode.ILLEGAL_SASL_STATE))
-        log.warning("closing connection from %s: %s during its SASL exchange", conn.peer, name)
-        conn.finish()
+        refused = error_response(request, version, ErrorCode.ILLEGAL_SASL_STATE)
+        refuse(conn, f"{name} during its SASL exchange", slot, refused)
         return False
     if isinstance(request, SaslHandshakeRequest):
         response, close = auth.handshake(request, version, now)
-        slot.answer(response)
         if close:
-            log.warning(
-                "closing connection from %s: SASL mechanism %r is not enabled on listener %s",
-                conn.peer,
-                request.mechanism[:64],
-                _listener(conn),
-            )
-            conn.finish()
+            mechanism = request.mechanism[:64]
+            reason = f"SASL mechanism {mechanism!r} is not enabled on listener {_listener(conn)}"
+            refuse(conn, reason, slot, response)
         else:
+            slot.answer(response)
             conn.fast = False  # an exchange is under way: every request meets the gate
+            conn.max_frame = auth.max_receive
             conn.login_started.set()
         return False
     if isinstance(request, SaslAuthenticateRequest):
         step = auth.authenticate(request.auth_bytes, now, version)
+        if not step.answered:
+            refuse(conn, f"its SASL re-authentication failed: {step.error_message}")
+            return False
         answer = SaslAuthenticateResponse(
             error_code=step.error_code,
             error_message=step.error_message,
@@ -150,7 +152,7 @@ def _raw_token(conn: Connection, auth: Authentication, frame: bytes, now: int) -
     slot = conn.new_slot(None)
     if step.outcome == "failed":
         # v0 has no way to say why: Kafka closes the connection, after the delay.
-        _fail_later(conn, slot, None)
+        refuse(conn, "its SASL authentication failed")
         return
     conn.fill(slot, _SIZE.pack(len(step.auth_bytes)) + step.auth_bytes)
     if step.outcome == "done":
@@ -165,7 +167,7 @@ def _after(
     answer: SaslAuthenticateResponse,
 ) -> None:
     if outcome == "failed":
-        _fail_later(conn, slot, answer)
+        refuse(conn, "its SASL authentication failed", slot, answer)
         return
     slot.answer(answer)
     if outcome == "done":
@@ -176,6 +178,7 @@ def _logged_in(conn: Connection, auth: Authentication) -> None:
     assert auth.principal is not None
     first = conn.principal != auth.principal
     conn.principal = auth.principal
+    conn.max_frame = conn.dispatcher.config.socket_request_max_bytes
     # With a session lifetime every request is checked against it, so none may take the
     # fast path, which does not look.
     conn.fast = auth.expires_ms is None and conn.dispatcher.fast_path_allowed(auth.principal)
@@ -183,25 +186,28 @@ def _logged_in(conn: Connection, auth: Authentication) -> None:
         log.debug("%s logged in as %s with %s", conn.peer, auth.principal, auth.mechanism)
 
 
-def _fail_later(conn: Connection, slot: Slot, answer: SaslAuthenticateResponse | None) -> None:
-    """A failed login: nothing more is read; the answer (if the version has one) leaves
-    after the delay, then the connection closes."""
+def refuse(
+    conn: Connection,
+    reason: str,
+    slot: Slot | None = None,
+    answer: Response | OffsetCommitAnswer | None = None,
+) -> None:
+    """A failure during authentication, as Kafka treats every one: nothing more is read;
+    the answer, if there is one, leaves after connection.failed.authentication.delay.ms,
+    and then the connection closes. The wait is this connection's own task's."""
     endpoint = conn.endpoint
     assert endpoint is not None and endpoint.sasl is not None
-    log.info(
-        "closing connection from %s: SASL authentication failed on listener %s",
-        conn.peer,
-        endpoint.name,
-    )
+    log.info("closing connection from %s on listener %s: %s", conn.peer, endpoint.name, reason)
     delay = endpoint.sasl.failure_delay_s
     conn.finish()
 
     async def later() -> None:
         await trio.sleep(delay)
-        if answer is None:
-            conn.drop("its SASL authentication failed")
+        if slot is None or answer is None:
+            conn.drop(reason)
         else:
             slot.answer(answer)
+            conn.finish()  # wakes the writer: it sends the answer, sees nothing owed, closes
 
     assert conn.nursery is not None
     conn.nursery.start_soon(later)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import (
     ACL,
@@ -28,6 +29,9 @@ from kafka.admin import (
 from kafka.errors import ClusterAuthorizationFailedError, NoError
 
 from fastcoord.testing import ServerProcess, fastcoord_server
+
+# Real clients and servers, many of them: CI runs these once, in a job of their own.
+pytestmark = pytest.mark.security
 
 TIMEOUT_MS = 15_000
 CONFIGURED = {

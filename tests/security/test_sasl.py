@@ -529,7 +529,8 @@ def test_reauthentication_may_not_change_the_principal(mechanism: str) -> None:
 
 
 def test_reauthentication_may_not_change_the_mechanism() -> None:
-    # Kafka answers the handshake, then fails the first token (REAUTH_BAD_MECHANISM).
+    # Kafka answers the handshake, then fails the first token (REAUTH_BAD_MECHANISM) by
+    # closing the connection, with no answer.
     auth = new(reauth_ms=LIFETIME_MS)
     login(auth, "SCRAM-SHA-256", "alice", PASSWORDS["alice"])
     handshake(auth, "PLAIN", now=10_000)
@@ -542,6 +543,7 @@ def test_reauthentication_may_not_change_the_mechanism() -> None:
         "of mechanism 'SCRAM-SHA-256'",
         0,
         "failed",
+        answered=False,
     )
 
 
