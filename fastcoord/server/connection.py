@@ -30,6 +30,12 @@ is answered there, in compiled code, and anything else comes back here with the 
 to be handled as if this task had read them. So every rule above holds whichever way a
 request goes.
 
+A connection on a listener with TLS or SASL (security.py) does its TLS handshake first and
+reads and writes through TLS's buffers, and passes each frame through SASL's state machine
+before it is decoded; neither parks on the reactor, and heartbeats take the fast path only
+once logged in and when authorization would allow them anyway. A plaintext connection is
+exactly as described above.
+
 A malformed frame closes this connection, with a log line naming the peer and the reason;
 nothing else is affected. Bytes after a well-formed request's message are ignored, as Kafka
 ignores them, with a DEBUG line per request. At shutdown the connection stops reading and
@@ -130,7 +136,7 @@ class Connection:
         self.gated = False
         self.fast = True  # heartbeats answered by the member table alone
         self.parks = True  # waits for bytes on the reactor (plaintext sockets only)
-        self.login_started = trio.Event()  # a SASL exchange began (its time limit runs)
+        self.login_started: trio.Event | None = None  # a SASL exchange began (security.py)
         # The largest frame read: smaller during a SASL exchange (sasl.server.max.receive.size)
         self.max_frame = dispatcher.config.socket_request_max_bytes
         self.nursery: trio.Nursery | None = None  # the connection's tasks, while it runs

@@ -125,7 +125,8 @@ def admit(conn: Connection, frame: bytes) -> bool:
             slot.answer(response)
             conn.fast = False  # an exchange is under way: every request meets the gate
             conn.max_frame = auth.max_receive
-            conn.login_started.set()
+            if conn.login_started is not None:
+                conn.login_started.set()
         return False
     if isinstance(request, SaslAuthenticateRequest):
         step = auth.authenticate(request.auth_bytes, now, version)
@@ -221,8 +222,8 @@ async def watch_login(conn: Connection) -> None:
     while not conn.closed:
         deadline = auth.deadline_ms
         if deadline is None:  # logged in: wait for a re-authentication to begin
-            conn.login_started = trio.Event()
-            await conn.login_started.wait()
+            started = conn.login_started = trio.Event()
+            await started.wait()
             continue
         await trio.sleep(max(0, deadline - conn.dispatcher.now_ms()) / 1000)
         if auth.deadline_ms == deadline and not conn.closed and not conn.finishing:
