@@ -22,9 +22,9 @@ docs/benchmarks.md).
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 
+from fastcoord.client.login import scram_keys
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.messages import SaslHandshakeRequest
 from fastcoord.security.credentials import MIN_ITERATIONS, convert
@@ -50,10 +50,9 @@ class ScramClient:
 
     def __init__(self, mechanism: str, user: str, password: str, salt: bytes) -> None:
         self.digest = "sha256" if mechanism == "SCRAM-SHA-256" else "sha512"
-        salted = hashlib.pbkdf2_hmac(self.digest, password.encode(), salt, MIN_ITERATIONS)
-        self.client_key = hmac.digest(salted, b"Client Key", self.digest)
-        self.stored_key = hashlib.new(self.digest, self.client_key).digest()
-        self.server_key = hmac.digest(salted, b"Server Key", self.digest)
+        self.client_key, self.stored_key, self.server_key = scram_keys(
+            self.digest, password.encode(), salt, MIN_ITERATIONS
+        )
         self.bare = f"n={user},r={CLIENT_NONCE}"
         self.first = ("n,," + self.bare).encode()
 

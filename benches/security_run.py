@@ -36,8 +36,9 @@ yardstick that the machine's drift moves with every other figure. Parts (`--part
 
 The clients are plain Python: epoll loops of generator tasks over non-blocking sockets (TLS
 through the standard library, the server's certificate not verified: a client's check costs
-the client, not the server), SCRAM through scramp with the salted password cached per salt,
-as a client could (PBKDF2 once per password rather than once per login). Every answer is
+the client, not the server), SCRAM through scramp, its client-final made by
+fastcoord.client.login.scram_final with the salted password cached per salt, as a client
+could (PBKDF2 once per password rather than once per login). Every answer is
 checked. Nothing runs at import; every measurement is bounded in time and in count; every
 server is started and stopped by PID on 127.0.0.1 by fastcoord.testing.
 """
@@ -69,10 +70,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 import scramp
-import scramp.core
 
 from fastcoord import testing
 from fastcoord.client.blocking import PeerError
+from fastcoord.client.login import scram_final, server_final_verified
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode, error_name
 from fastcoord.protocol.framing import decode_response, encode_request
@@ -204,24 +205,6 @@ def client_context() -> ssl.SSLContext:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     return context
-
-
-def cache_salted_passwords() -> None:
-    """A client computes PBKDF2 (4096 rounds) of its password once per salt, not per login:
-    the server's cost of a login is what is measured, not the client's."""
-    if getattr(scramp.core.hi, "cached", False):
-        return
-    compute = scramp.core.hi
-
-    @functools.lru_cache(maxsize=64)
-    def salted(hf: Any, password: bytes, salt: bytes, iterations: int) -> bytes:
-        return bytes(compute(hf, password, salt, iterations))
-
-    def hi(hf: Any, password: bytes, salt: bytes, iterations: Any) -> bytes:
-        return salted(hf, bytes(password), bytes(salt), int(iterations))
-
-    hi.cached = True  # type: ignore[attr-defined]
-    scramp.core.hi = hi
 
 
 def pin(core: int | None, idle: bool = False) -> None:
@@ -388,6 +371,7 @@ def login(
         raise PeerError(f"SaslHandshake {mechanism}: {error_name(handshake.error_code)}")
     first_s, salt_bytes, iterations = 0.0, 0, 0
     scram: scramp.ScramClient | None = None
+    signature = ""  # what a SCRAM server-final must carry
     if mechanism == "PLAIN":
         credentials = plain_token(user, password)
     else:
@@ -400,7 +384,10 @@ def login(
             return Login(int(first.error_code), 0.0, first_s, tls=tls)
         scram.set_server_first(first.auth_bytes.decode())
         salt_bytes, iterations = len(bytes(scram.salt)), int(scram.iterations)
-        credentials = scram.get_client_final().encode()
+        # The salted password once per salt (login.scram_final): the server's cost of a
+        # login is measured, not this client's PBKDF2.
+        final_text, signature = scram_final(scram)
+        credentials = final_text.encode()
     frame = authenticate_frame(credentials, 3)
     if abandon:
         yield from send(conn, frame)
@@ -409,8 +396,9 @@ def login(
     body = yield from ask(conn, frame)
     answer_s = time.perf_counter() - started
     final = answer(SaslAuthenticateResponse, AUTHENTICATE_VERSION, body)
-    if final.error_code == ErrorCode.NONE and scram is not None:
-        scram.set_server_final(final.auth_bytes.decode())  # checks the server's signature
+    proven = scram is None or server_final_verified(final.auth_bytes, signature)
+    if final.error_code == ErrorCode.NONE and not proven:
+        raise PeerError(f"{mechanism}: the server's final message does not prove it")
     return Login(
         int(final.error_code),
         answer_s,
@@ -560,7 +548,6 @@ STAGES = ("connect", "SaslHandshake", "credentials")
 def login_client(spec: LoginSpec, results: Any) -> None:
     """A client process (spawned): logins as `spec` says, its tally put on `results`."""
     pin(spec.core, spec.idle)
-    cache_salted_passwords()
     context = client_context() if spec.tls else None
     tally = LoginTally()
     marks: dict[str, tuple[float, float]] = {}
@@ -1159,7 +1146,6 @@ def measure_timing(args: argparse.Namespace, certs: testing.Certificates) -> lis
     """Each case `--tries` times, the cases interleaved in a seeded random order, over
     SASL_PLAINTEXT; with the default delay, 10 tries in flight (they mostly wait out the
     delay), with no delay one at a time."""
-    cache_salted_passwords()
     return [
         *timing_round(args, certs, delay_ms=100, concurrency=10),
         *timing_round(args, certs, delay_ms=0, concurrency=1),

@@ -244,7 +244,7 @@ async def authenticate(
         ) from None
     final, signature = scram_final(client)
     server_final = await rounds.token(final.encode(), authenticate_version)
-    if not _verified(server_final.auth_bytes, signature):
+    if not server_final_verified(server_final.auth_bytes, signature):
         # The server does not know the password, whatever it answered: never logged in.
         raise LoginFailed(
             f"{mechanism}: the server's signature does not verify: it does not hold "
@@ -268,7 +268,7 @@ def scram_final(client: scramp.ScramClient) -> tuple[str, str]:
     RFC 5802 (section 5.1) lets a client cache it: the server gives a user the same salt
     each time."""
     hash_name = SCRAM_HASHES[client.mechanism_name]
-    client_key, stored_key, server_key = _scram_keys(
+    client_key, stored_key, server_key = scram_keys(
         hash_name, bytes(client.password), bytes(client.salt), int(client.iterations)
     )
     # RFC 5802, section 3: the proof is ClientKey XOR HMAC(StoredKey, AuthMessage), and
@@ -282,7 +282,7 @@ def scram_final(client: scramp.ScramClient) -> tuple[str, str]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _scram_keys(
+def scram_keys(
     hash_name: str, password: bytes, salt: bytes, iterations: int
 ) -> tuple[bytes, bytes, bytes]:
     """(ClientKey, StoredKey, ServerKey) of a password with this salt (RFC 5802)."""
@@ -292,7 +292,7 @@ def _scram_keys(
     return client_key, stored_key, hmac.digest(salted, b"Server Key", hash_name)
 
 
-def _verified(server_final: bytes, signature: str) -> bool:
+def server_final_verified(server_final: bytes, signature: str) -> bool:
     """Whether a server-final message (v=SIGNATURE[,extensions], or e=ERROR) carries
     `signature`."""
     try:

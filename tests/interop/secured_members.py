@@ -334,8 +334,13 @@ def start_member(
     aiokafka, java) through the listener and login of `sec`; `extra`: the client's own
     settings, which win."""
     name = f"{client}-{group}"
-    if client == "kafka-python":
-        config = kafka_python_config(server, certs, sec)
+    python_clients = {
+        "kafka-python": (kafka_python_config, KafkaPythonMember),
+        "aiokafka": (aiokafka_config, AiokafkaMember),
+    }
+    if client in python_clients:  # the same setting names in both
+        make_config, member = python_clients[client]
+        config = make_config(server, certs, sec)
         config.update(
             group_id=group,
             client_id=name,
@@ -344,7 +349,7 @@ def start_member(
             heartbeat_interval_ms=heartbeat_interval_ms,
             **(extra or {}),
         )
-        return KafkaPythonMember(topic, config, name)
+        return member(topic, config, name)
     if client == "confluent":
         config = confluent_config(server, certs, sec)
         config.update(
@@ -358,17 +363,6 @@ def start_member(
             }
         )
         return ConfluentMember(topic, config, name)
-    if client == "aiokafka":
-        config = aiokafka_config(server, certs, sec)
-        config.update(
-            group_id=group,
-            client_id=name,
-            enable_auto_commit=False,
-            session_timeout_ms=session_timeout_ms,
-            heartbeat_interval_ms=heartbeat_interval_ms,
-            **(extra or {}),
-        )
-        return AiokafkaMember(topic, config, name)
     if client == "java":
         props = java_properties(server, certs, sec)
         props.update(
