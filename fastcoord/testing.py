@@ -17,6 +17,14 @@ or start one with settings of your own (later flags win):
     with fastcoord_server(tmp_path, "--topic", "orders:3") as server:
         ...
 
+A fastcoord server is held to its log: stop() raises ServerFailed, failing the test that
+used it, when the server exited other than cleanly or logged a traceback, an ERROR line, or
+a compiled path given up for a slower one, unless the test declared that line expected:
+
+    with fastcoord_server(tmp_path, expect=[r"cannot compact .*: disk full"]) as server:
+        ...
+    server.expect(r"closing connection from .*")  # or on the running server
+
 The mock cluster and the responder are peers for benchmarks; their hosts run as
 `python -m fastcoord.testing mock` and `python -m fastcoord.testing responder`, each
 printing `listening on HOST:PORT` as fastcoord does and serving until SIGTERM (or until
@@ -32,7 +40,6 @@ installed pyspark:
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
 import shutil
@@ -45,7 +52,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -62,9 +69,24 @@ LISTENING = r"listening on ([\d.]+):(\d+)"
 ADMIN = r"admin on ([\d.]+):(\d+)"
 LISTENER = r"listener {name} \((\w+)\) on ([\d.]+):(\d+)"
 LOADED = r"loaded \d+ groups"
+# What a healthy fastcoord never logs: a traceback, an ERROR or CRITICAL record (whatever
+# prefix a cluster's supervisor puts before its nodes' lines), or a compiled path given up
+# for a slower one (such lines say what falls back to what).
+FAILURE_LINES = (
+    r"Traceback \(most recent call last\)",
+    r"\b(?:ERROR|CRITICAL) [\w.]+: ",
+    r"\bfalls? back to\b",
+)
+NODE_PREFIX = re.compile(r"^node \d+ \| ")  # fastcoord cluster's, before each node's lines
+CHAINED = ("During handling of the above exception", "The above exception was the direct")
 HOST_MODULE = "fastcoord.testing"  # run with -m, it hosts a peer (main)
 
 PreExec = Callable[[], None]
+
+
+class ServerFailed(AssertionError):
+    """A fastcoord server exited other than cleanly, or logged what a healthy one never
+    does (FAILURE_LINES) and the test had not declared it expected."""
 
 
 @dataclass(eq=False)
@@ -82,6 +104,15 @@ class ServerProcess:
     # Leads a process group of its own, signalled whole: the children it starts (a Spark
     # worker's executors, their Python workers) end with it rather than outlive it.
     group: bool = False
+    # Held to its log and exit status by stop() (fastcoord's own servers; peers are not).
+    checked: bool = False
+    expected: list[str] = field(default_factory=list)  # patterns of lines it may log
+    killed: bool = False  # by kill(): its SIGKILL exit is the test's doing
+
+    def expect(self, *patterns: str) -> None:
+        """Declare lines (regular expressions, searched in each line) that this server may
+        log without failing the test: the errors a test provokes on purpose."""
+        self.expected.extend(patterns)
 
     @property
     def pid(self) -> int:
@@ -124,17 +155,32 @@ class ServerProcess:
         if self.process.poll() is None:
             self._signal(signal.SIGTERM)
 
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+    def kill(self) -> None:
+        """SIGKILL it (a crash the test plays) and wait until it is gone; stop() then takes
+        the SIGKILL exit as the test's doing."""
+        self.killed = True
+        if self.process.poll() is None:
+            self._signal(signal.SIGKILL)
+        self.process.wait(timeout=STOP_TIMEOUT_S)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S, *, check: bool = True) -> None:
         """SIGTERM, wait up to `timeout` for it to exit, else SIGKILL; then remove the
         directory made for it, if any. A group leader's group gets the signals, and a
-        SIGKILL once it has exited: what it started and left behind goes too."""
+        SIGKILL once it has exited: what it started and left behind goes too.
+
+        Then, if it is `checked` and `check` is true, raise ServerFailed when it exited
+        other than with 0 (or by kill()), needed the SIGKILL, or logged a line of
+        FAILURE_LINES that no pattern of `expected` matches."""
         _running.pop(self.pid, None)
+        hung = False
+        log = ""
         try:
             if self.process.poll() is None:
                 self.terminate()
                 try:
                     self.process.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
+                    hung = True
                     self._signal(signal.SIGKILL)
                     self.process.wait(timeout=timeout)
             if self.group:
@@ -142,10 +188,28 @@ class ServerProcess:
                 # only what it started.
                 with suppress(ProcessLookupError):
                     os.killpg(self.pid, signal.SIGKILL)
+            log = self.log()  # before the directory goes
         finally:
             if self.temporary is not None:
                 shutil.rmtree(self.temporary, ignore_errors=True)
                 self.temporary = None
+        if self.checked and check:
+            problems = self.problems(log, hung)
+            if problems:
+                raise ServerFailed(f"{self.name} (pid {self.pid}): " + "\n".join(problems))
+
+    def problems(self, log: str | None = None, hung: bool = False) -> list[str]:
+        """What stop() fails it for: its exit, and the unexpected lines of its log."""
+        found = []
+        code = self.process.returncode
+        if hung:
+            found.append(f"did not exit within {STOP_TIMEOUT_S:.0f} s of SIGTERM")
+        elif code is not None and code != 0 and not (self.killed and code == -signal.SIGKILL):
+            found.append(f"exited with {_exit_status(code)}")
+        lines = unexpected_lines(self.log() if log is None else log, self.expected)
+        if lines:
+            found.append("logged what a healthy server never logs:\n  " + "\n  ".join(lines))
+        return found
 
     def _signal(self, signum: int) -> None:
         if self.group:
@@ -159,10 +223,47 @@ _running: dict[int, ServerProcess] = {}  # stopped at exit, if a caller left any
 
 def _stop_all() -> None:
     for server in list(_running.values()):
-        server.stop()
+        server.stop(check=False)  # at exit no test is left to fail
 
 
-atexit.register(_stop_all)
+def _exit_status(code: int) -> str:
+    if code < 0:
+        with suppress(ValueError):
+            return f"signal {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def unexpected_lines(log: str, expected: Sequence[str] = ()) -> list[str]:
+    """The lines of `log` that match a FAILURE_LINES pattern and no `expected` one. A
+    traceback comes whole (up to its exception's line), so the failure says what it was,
+    and is expected with the record it follows (log.exception's line) or by a line of its
+    own. A cluster's `node N | ` prefixes are looked through."""
+    failure = re.compile("|".join(FAILURE_LINES))
+    allowed = [re.compile(p) for p in expected]
+    lines = log.splitlines()
+    bodies = [NODE_PREFIX.sub("", line, count=1) for line in lines]
+    found: list[str] = []
+    owner_expected = False  # the record a following traceback belongs to was expected
+    i = 0
+    while i < len(lines):
+        body = bodies[i]
+        if body.startswith("Traceback (most recent call last)"):
+            end = i + 1  # the frames are indented; the exception's line is not
+            while end < len(lines) and bodies[end].startswith((" ", "\t")):
+                end += 1
+            block = lines[i : end + 1]
+            if not owner_expected and not any(p.search(t) for p in allowed for t in block):
+                found.extend(block)
+            i = end + 1
+            continue
+        if failure.search(body):
+            owner_expected = any(p.search(body) for p in allowed)
+            if not owner_expected:
+                found.append(lines[i])
+        elif body.strip() and not body.startswith(CHAINED):
+            owner_expected = False
+        i += 1
+    return found
 
 
 def running() -> list[ServerProcess]:
@@ -191,12 +292,15 @@ def start(
     preexec_fn: PreExec | None = None,
     data_dir: Path | None = None,
     root: Path | None = None,
+    checked: bool = False,
+    expect: Sequence[str] = (),
 ) -> ServerProcess:
     """Run `argv` in `directory` (a temporary one if None), its output in `server.log`
     there, pinned to `core` if given, with the fastcoord of `root` (child_env); wait until
     it prints `listening on HOST:PORT` and then matches every pattern of `ready`. Raises
     with its output if it exits first or takes over START_TIMEOUT_S. stop() removes the
-    directory if this made it, or if `remove`."""
+    directory if this made it, or if `remove`; `checked`: stop() holds it to its log,
+    bar the lines of `expect` (ServerProcess.stop)."""
     if directory is None:
         directory, remove = Path(tempfile.mkdtemp(prefix=f"fastcoord-{name.split()[0]}-")), True
     temporary = directory if remove else None
@@ -220,7 +324,10 @@ def start(
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
         raise
-    server = ServerProcess(name, process, "127.0.0.1", 0, log_path, data_dir, temporary)
+    server = ServerProcess(
+        name, process, "127.0.0.1", 0, log_path, data_dir, temporary, checked=checked
+    )
+    server.expect(*expect)
     _running[server.pid] = server
     try:
         if core is not None and not taskset:
@@ -231,9 +338,21 @@ def start(
         for pattern in ready:
             _wait_for(server, pattern, deadline)
     except BaseException:
-        server.stop()
+        server.stop(check=False)  # the start's own failure says more
         raise
     return server
+
+
+def stop_each(servers: Sequence[ServerProcess]) -> None:
+    """Stop every one of `servers`, then raise one ServerFailed for all that failed."""
+    failures = []
+    for server in servers:
+        try:
+            server.stop()
+        except ServerFailed as exc:
+            failures.append(str(exc))
+    if failures:
+        raise ServerFailed("\n".join(failures))
 
 
 def _wait_for(server: ServerProcess, pattern: str, deadline: float) -> re.Match[str]:
@@ -334,10 +453,12 @@ def start_fastcoord(
     core: int | None = None,
     name: str = "fastcoord serve",
     root: Path | None = None,
+    expect: Sequence[str] = (),
 ) -> ServerProcess:
     """Start `fastcoord serve` (serve_command: `args`, then `extra_args`, win over its
     defaults) with its log in `directory / "server.log"`; directory None: a temporary one.
-    `root`: a tree whose fastcoord to run instead of the caller's (child_env).
+    `root`: a tree whose fastcoord to run instead of the caller's (child_env). stop()
+    fails on what a healthy server never logs, bar the patterns of `expect`.
 
     It answers as soon as it listens, but COORDINATOR_LOAD_IN_PROGRESS until it has loaded
     its offsets log; clients retry that, most tests would rather not, so this waits for
@@ -358,6 +479,8 @@ def start_fastcoord(
         preexec_fn=preexec_fn,
         data_dir=directory / "data",
         root=root,
+        checked=True,
+        expect=expect,
     )
 
 
@@ -369,6 +492,7 @@ def fastcoord_server(
     wait_loaded: bool = True,
     preexec_fn: PreExec | None = None,
     core: int | None = None,
+    expect: Sequence[str] = (),
 ) -> Iterator[ServerProcess]:
     """start_fastcoord for the length of a `with` block."""
     with stopping(
@@ -379,6 +503,7 @@ def fastcoord_server(
             wait_loaded=wait_loaded,
             preexec_fn=preexec_fn,
             core=core,
+            expect=expect,
         )
     ) as server:
         yield server
@@ -442,8 +567,7 @@ def fastcoord_cluster(
             servers.append(start_node(directory / f"node-{i}", i, cluster, *args, core=core))
         yield servers
     finally:
-        for server in servers:
-            server.stop()
+        stop_each(servers)
 
 
 CLUSTER_ADMIN = r"cluster admin on ([\d.]+):(\d+)"
@@ -472,7 +596,7 @@ def start_cluster(directory: Path, nodes: int, *args: str) -> ServerProcess:
         str(directory / "data"),
         *args,
     ]
-    server = start("fastcoord cluster", argv, directory, ready=[CLUSTER_ADMIN])
+    server = start("fastcoord cluster", argv, directory, ready=[CLUSTER_ADMIN], checked=True)
     match = re.search(CLUSTER_ADMIN, server.log())
     assert match is not None  # start() waited for it
     server.admin_address = f"{match.group(1)}:{match.group(2)}"

@@ -5,6 +5,7 @@ a failed start says why, the pytest plugin serves a user's suite, and the benchm
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -226,3 +227,162 @@ def test_join_group_joins_and_syncs_as_leader(fastcoord_serve: ServerProcess) ->
         assert (member.host, member.port) == (fastcoord_serve.host, fastcoord_serve.port)
         c.send(HeartbeatRequest("g", 1, member.member_id, None), 3)
         assert c.receive(ApiKey.HEARTBEAT, 3).error_code == 0
+
+
+# -- the test server is held to its log ----------------------------------------------------
+#
+# A server that meets a bug in one connection logs it and carries on, and a reactor that
+# fails falls back to the slower path: clients notice neither. So the test server fails the
+# test that used it. These prove it does, on a real server made to meet such a bug: a
+# sitecustomize module (first on the child's PYTHONPATH) breaks it as the test asks.
+
+SABOTEUR = """
+import os
+
+what = os.environ.get("SABOTAGE")
+if what == "connection":
+    from fastcoord.server import connection
+
+    async def run(self):
+        raise RuntimeError("sabotaged connection handler")
+
+    connection.Connection.run = run
+elif what == "reactor":
+    from fastcoord.server import parking
+
+    compiled = parking.native
+
+    class Reactor:
+        def __init__(self, *args):
+            self._reactor = compiled.Reactor(*args)
+
+        def __getattr__(self, name):
+            return getattr(self._reactor, name)
+
+        def drain(self, *args):
+            raise RuntimeError("sabotaged reactor")
+
+    class Native:
+        pass
+
+    Native.Reactor = Reactor
+    parking.native = Native
+"""
+
+SABOTAGED_TEST = """
+import os
+from fastcoord.client.blocking import join_group
+from fastcoord.protocol.api_keys import ApiKey
+from fastcoord.protocol.messages import HeartbeatRequest
+from fastcoord.testing import fastcoord_server
+
+EXPECT = [os.environ["EXPECT"]] if os.environ.get("EXPECT") else []
+
+
+def use(server):
+    # What any client does; it passes whether or not the server met a bug on the way.
+    try:
+        with server.connect(timeout=5) as c:
+            c.api_versions()
+    except Exception:
+        return  # the connection was closed on it
+    connection, member = join_group(server.host, server.port, "g", session_timeout_ms=6000)
+    with connection:
+        for _ in range(20):
+            request = HeartbeatRequest("g", member.generation_id, member.member_id, None)
+            assert connection.request(request, 4).error_code == 0
+
+
+def test_through_the_fixture(fastcoord_serve):
+    fastcoord_serve.expect(*EXPECT)
+    use(fastcoord_serve)
+
+
+def test_in_a_with_block(tmp_path):
+    with fastcoord_server(tmp_path, expect=EXPECT) as server:
+        use(server)
+"""
+
+
+def run_sabotaged(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, sabotage: str, expect: str = ""
+) -> pytest.RunResult:
+    saboteur = pytester.mkdir("saboteur")
+    (saboteur / "sitecustomize.py").write_text(SABOTEUR)
+    path = os.pathsep.join([str(saboteur), testing.child_env()["PYTHONPATH"]])
+    monkeypatch.setenv("PYTHONPATH", path)
+    monkeypatch.setenv("SABOTAGE", sabotage)
+    monkeypatch.setenv("EXPECT", expect)
+    pytester.makeconftest('pytest_plugins = ["fastcoord.testing"]')
+    pytester.makepyfile(test_sabotaged=SABOTAGED_TEST)
+    return pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", timeout=120)
+
+
+def test_a_server_that_met_no_bug_passes(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_sabotaged(pytester, monkeypatch, "").assert_outcomes(passed=2)
+
+
+def test_a_connection_handler_that_raised_fails_the_test_that_used_the_server(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = run_sabotaged(pytester, monkeypatch, "connection")
+    # The fixture's test fails at its teardown, the with block's in its body.
+    result.assert_outcomes(passed=1, failed=1, errors=1)
+    output = result.stdout.str()
+    assert "ServerFailed" in output and "RuntimeError: sabotaged connection handler" in output
+    assert "failed; closing it" in output  # the log line that said so is in the failure
+
+
+def test_a_reactor_that_fell_back_fails_the_test_that_used_the_server(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = run_sabotaged(pytester, monkeypatch, "reactor")
+    result.assert_outcomes(passed=1, failed=1, errors=1)
+    output = result.stdout.str()
+    assert "fall back to Trio" in output and "RuntimeError: sabotaged reactor" in output
+
+
+def test_a_line_the_test_expects_does_not_fail_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # log.exception's record names the failure; its traceback comes with it.
+    result = run_sabotaged(pytester, monkeypatch, "connection", r"connection from .* failed")
+    result.assert_outcomes(passed=2)
+
+
+def test_an_unclean_exit_fails_the_test_and_a_kill_it_asked_for_does_not() -> None:
+    with testing.fastcoord_server() as server:
+        server.kill()  # a crash the test plays
+    assert server.process.returncode == -signal.SIGKILL
+    with (
+        pytest.raises(testing.ServerFailed, match="exited with signal SIGKILL"),
+        testing.fastcoord_server() as server,
+    ):
+        os.kill(server.pid, signal.SIGKILL)  # a crash nobody asked for
+        server.process.wait(10)
+
+
+def test_unexpected_lines_come_with_their_traceback() -> None:
+    log = "\n".join(
+        [
+            "2026-01-01 00:00:00,000 INFO fastcoord.server: listening on 127.0.0.1:1",
+            "2026-01-01 00:00:00,000 WARNING fastcoord.server: closing connection from x: y",
+            "2026-01-01 00:00:00,000 ERROR fastcoord.server: connection from x failed",
+            "Traceback (most recent call last):",
+            '  File "a.py", line 1, in f',
+            "ValueError: boom",
+            "node 1 | 2026-01-01 00:00:00,000 CRITICAL fastcoord.storage: disk gone",
+            "node 1 | Traceback (most recent call last):",
+            'node 1 |   File "b.py", line 2, in g',
+            "node 1 | OSError: gone",
+            "2026-01-01 00:00:00,000 WARNING fastcoord.server: a connection cannot park on "
+            "the reactor (x): it falls back to Trio",
+        ]
+    )
+    lines = log.splitlines()
+    assert testing.unexpected_lines(log) == lines[2:]
+    assert testing.unexpected_lines(log, [r"connection from \S+ failed"]) == lines[6:]
+    assert testing.unexpected_lines(log, ["OSError", "disk gone", "failed", "park"]) == []
+    assert testing.unexpected_lines(log, ["OSError"]) == lines[2:7] + lines[10:]

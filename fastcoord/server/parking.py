@@ -76,7 +76,7 @@ class Parking:
                     conn.handover = item
                     trio.lowlevel.reschedule(self._tasks.pop(conn))
         except Exception:
-            log.exception("the reactor failed; connections wait through Trio from now on")
+            log.exception("the reactor failed: parked connections fall back to Trio from now on")
         finally:
             self.reactor = None
             for conn, task in self._tasks.items():
@@ -100,7 +100,7 @@ class Parking:
             if not self._refused:
                 self._refused = True
                 log.warning(
-                    "a connection cannot park on the reactor (%s): it waits through Trio", exc
+                    "a connection cannot park on the reactor (%s): it falls back to Trio", exc
                 )
             return False
         self._tasks[conn] = trio.lowlevel.current_task()

@@ -31,7 +31,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, Protocol
 
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.storage.log import PartitionLog
@@ -43,6 +43,17 @@ Policy = Literal["always", "batch", "never"]
 Done = Callable[[list[int], ErrorCode], None]
 ERROR_LOG_INTERVAL_S = 10.0
 LINGER_GAPS = 5  # batch: a pause of linger / LINGER_GAPS between writes ends the wait
+Item = tuple[int, dict[int, tuple[bytes, int]]] | None  # (token, frames); None: close
+
+
+class Inbox(Protocol):
+    """Where submissions wait for the thread: a queue.SimpleQueue, or a test's own."""
+
+    def put(self, item: Item) -> None: ...
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Item: ...
+
+    def get_nowait(self) -> Item: ...
 
 
 class Appender:
@@ -53,17 +64,21 @@ class Appender:
         linger_ms: int,
         report: Callable[[Callable[[], None]], None],
         done: Done,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        inbox: Inbox | None = None,
     ) -> None:
         """`report(fn)` must run fn on the event loop's thread (TrioToken.run_sync_soon);
-        `done(tokens, error)` is what it runs."""
+        `done(tokens, error)` is what it runs. `clock` and `inbox` are the time and the
+        queue that batching goes by: a test gives its own, in which waiting passes
+        simulated time, to decide which writes share a sync without racing the machine."""
         self.logs = logs
         self.policy = policy
         self.linger_s = linger_ms / 1000
         self._report = report
         self._done = done
-        self._queue: queue.SimpleQueue[tuple[int, dict[int, tuple[bytes, int]]] | None] = (
-            queue.SimpleQueue()
-        )
+        self._clock = clock
+        self._queue: Inbox = queue.SimpleQueue() if inbox is None else inbox
         self._thread = threading.Thread(target=self._run, name="fastcoord-appender", daemon=True)
         self._failures = 0
         self._last_error_log = 0.0
@@ -102,7 +117,7 @@ class Appender:
                 # sync, while they keep coming (a pause of a fifth of the linger ends the
                 # wait) and for no longer than the linger. A lone write is synced at once.
                 stopping = self._gather(
-                    batch, time.monotonic() + self.linger_s, self.linger_s / LINGER_GAPS
+                    batch, self._clock() + self.linger_s, self.linger_s / LINGER_GAPS
                 )
             error = self._write(batch)
             self._report(functools.partial(self._finish, [token for token, _ in batch], error))
@@ -110,10 +125,10 @@ class Appender:
     def _gather(
         self, batch: list[tuple[int, dict[int, tuple[bytes, int]]]], until: float, gap: float
     ) -> bool:
-        """Add to `batch` what is queued, and what comes before `until` (a monotonic time)
-        with no pause longer than `gap`; True if close() was asked for meanwhile."""
+        """Add to `batch` what is queued, and what comes before `until` (a time of the
+        clock) with no pause longer than `gap`; True if close() was asked for meanwhile."""
         while True:
-            remaining = min(until - time.monotonic(), gap)
+            remaining = min(until - self._clock(), gap)
             try:
                 if remaining > 0:
                     item = self._queue.get(timeout=remaining)

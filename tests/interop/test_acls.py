@@ -9,7 +9,6 @@ admin client may manage ACLs.
 from __future__ import annotations
 
 import json
-import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -106,8 +105,7 @@ def described(server: ServerProcess) -> set[ACL]:
 
 
 def killed(server: ServerProcess) -> None:
-    server.process.send_signal(signal.SIGKILL)
-    server.process.wait(timeout=10)
+    server.kill()
 
 
 def test_created_and_deleted_acls_survive_sigkill(tmp_path: Path) -> None:

@@ -58,8 +58,14 @@ def test_metrics_match_three_kafka_python_consumers(server: ServerProcess) -> No
             )
         )
         committed = len(members[0].owned)
-        time.sleep(1.2)  # a heartbeat or two from each
-        samples = scrape(admin)
+        # Heartbeats come on the members' own clocks: a few, and one timed.
+        deadline = time.monotonic() + 20
+        while not (
+            value(samples := scrape(admin), "fastcoord_requests_total", api="Heartbeat") >= 3
+            and value(samples, "fastcoord_request_handling_seconds_count", api="Heartbeat") > 0
+        ):
+            assert time.monotonic() < deadline, samples
+            time.sleep(0.1)
     finally:
         for m in members:
             m.close()

@@ -250,8 +250,7 @@ def test_a_node_killed_is_restarted_by_hand_with_the_same_id_and_data(tmp_path: 
         admins = [AdminClient(n.admin) for n in nodes]
 
         def kill() -> None:
-            os.kill(nodes[VICTIM].pid, signal.SIGKILL)
-            nodes[VICTIM].process.wait(10)
+            nodes[VICTIM].kill()
 
         def restarted() -> str:
             nodes[VICTIM] = start_node(tmp_path / f"node-{VICTIM}", VICTIM, listed, *args)

@@ -10,7 +10,6 @@ loses nothing acknowledged: the group and its offsets come back from the log.
 from __future__ import annotations
 
 import re
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,8 +151,7 @@ def test_a_sigkilled_server_loses_nothing_acknowledged(tmp_path: Path) -> None:
             answer = members[0].call(lambda c: c.commit(offsets=offsets, asynchronous=False))
             assert all(tp.error is None for tp in answer), answer
             before = describe(server)
-            server.process.send_signal(signal.SIGKILL)
-            server.process.wait(10)
+            server.kill()
         finally:
             for m in members:
                 m.close()

@@ -70,6 +70,11 @@ def test_many_flushes_end_as_few_files_each_event_read_once(tmp_path: Path) -> N
             time.sleep(0.05)
         stop.set()
         thread.join(timeout=30)
+        # Merges run in a thread of their own beside the flushes, and a loaded machine can
+        # leave them behind for a while; once the flushes stop they catch up.
+        while len(scan(events_dir)) >= max(f.n for f in scan(events_dir)) / 5:
+            assert time.monotonic() < deadline, "the merges did not catch up"
+            time.sleep(0.05)
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(timeout=15) == 0
     groups = committed_groups(events_dir)
@@ -106,8 +111,7 @@ def test_sigkill_during_merges_leaves_no_event_twice(tmp_path: Path) -> None:
             deadline = time.monotonic() + 5
             while not merging(events_dir) and time.monotonic() < deadline:
                 time.sleep(0.001)
-            server.process.send_signal(signal.SIGKILL)
-            server.process.wait(timeout=10)
+            server.kill()
             stop.set()
             thread.join(timeout=30)
         replaced = {

@@ -4,8 +4,9 @@ protocol and with Kafka's consumer group protocol (KIP-848).
 
 Three members share a topic's partitions, each partition held once; a commit is read back
 by the member that made it and by kafka-python's admin client; one member closes (it leaves
-the group, exit code 0) and the other two take over all its partitions. In a cluster of
-three nodes, members bootstrapped through two of them find the third, their group's owner.
+the group, exit code 0) and the other two take over all its partitions. A group of one
+grows to three and shrinks back to one as members close, no session expiring. In a cluster
+of three nodes, members bootstrapped through two of them find the third, their group's owner.
 """
 
 from __future__ import annotations
@@ -148,6 +149,35 @@ def test_java_members_share_commit_and_take_over(
         TopicPartition(TOPIC, partition): 100 + partition
     }
     assert "member left" in server.log()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_java_group_grows_then_shrinks(
+    server: ServerProcess, tmp_path: Path, protocol: str
+) -> None:
+    """One member holds every partition; two more join the Stable group, which hands them
+    two thirds; then they close one after the other, and each close (a LeaveGroup, or a
+    heartbeat leaving the consumer protocol group) moves its partitions to those staying:
+    no session expires."""
+    members = [start([server.bootstrap], "grows", "java-0", protocol, tmp_path)]
+    try:
+        settle(members, [PARTITIONS])
+        members += [
+            start([server.bootstrap], "grows", f"java-{i}", protocol, tmp_path) for i in (1, 2)
+        ]
+        settle(members, [2, 2, 2])
+        for leaving, sizes in ((members[2], [3, 3]), (members[1], [PARTITIONS])):
+            assert leaving.close() == 0, leaving.log()
+            assert leaving.events[-1] == "closed"
+            settle(members[: members.index(leaving)], sizes)
+        assert members[0].assignment == ALL
+        for member in members:
+            assert member.errors == [], (member.name, member.log())
+    finally:
+        for member in members:
+            member.stop()
+    log = server.log()
+    assert log.count("group grows: member left") == 3 and "member expired" not in log
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

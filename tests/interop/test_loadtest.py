@@ -356,7 +356,7 @@ def test_a_server_that_dies_mid_run_ends_it_with_results_kept(tmp_path: Path) ->
         )
         try:
             wait_for_parts(out)
-            os.kill(server.pid, signal.SIGKILL)
+            server.kill()
             output, _ = run.communicate(timeout=60)
         finally:
             if run.poll() is None:

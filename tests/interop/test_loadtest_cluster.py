@@ -77,7 +77,10 @@ def node_groups(node: ServerProcess, prefix: str) -> dict[str, tuple[str, int]]:
 
 
 def gauge(node: ServerProcess, name: str) -> float:
-    for family in text_string_to_metric_families(AdminClient(node.admin).metrics_text()):
+    # A node in the middle of a join storm on a busy machine may take a while to answer
+    # its admin port: the wait is bounded, the answer is what is checked.
+    admin = AdminClient(node.admin, timeout_s=ADMIN_TIMEOUT_S)
+    for family in text_string_to_metric_families(admin.metrics_text()):
         for sample in family.samples:
             if sample.name == name:
                 return float(sample.value)
@@ -252,6 +255,7 @@ def test_a_fault_goes_to_every_node_and_sends_members_back_to_find_their_coordin
 
 BIG_MEMBERS = 40_000
 BIG_GROUPS = 4_000
+ADMIN_TIMEOUT_S = 60.0
 MAX_CONNECTIONS = 19_900  # a node's max.connections here: 20,000 files less its reserve
 
 

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastcoord.client.admin import AdminClient
-from fastcoord.loadtest import results
 from fastcoord.testing import ServerProcess, child_env, fastcoord_server
 from tests.interop.test_loadtest import (
     FAST,
@@ -197,7 +197,7 @@ def test_a_killed_worker_ends_the_run_naming_it(server: ServerProcess, tmp_path:
             pid = _worker_pid(out, 2, run)
             # Mid-run, every worker's members heartbeating, and every worker's tables
             # flushed once: Spark then kills the other tasks, which keep what they flushed.
-            time.sleep(results.FLUSH_S + 1)
+            _flushed_by_every_worker(out, run)
             os.kill(pid, signal.SIGKILL)
             stdout, stderr = run.communicate(timeout=60)
         finally:
@@ -213,6 +213,24 @@ def test_a_killed_worker_ends_the_run_naming_it(server: ServerProcess, tmp_path:
     assert s["message"].startswith("worker 2: ")
     for name in ("latency", "states"):  # what was written opens, every worker's
         assert {r["worker"] for r in table(out, name)} == set(range(WORKERS))
+
+
+def _flushed_by_every_worker(out: Path, run: subprocess.Popen[str]) -> None:
+    """Until every worker's rows are in the run's tables, however long a busy machine takes
+    to get its workers there (each flushes every few seconds)."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert run.poll() is None, run.communicate()
+        try:
+            if all(
+                {r["worker"] for r in table(out, name)} == set(range(WORKERS))
+                for name in ("latency", "states")
+            ):
+                return
+        except (OSError, pyarrow.ArrowInvalid):
+            pass  # no part yet, or one being written
+        assert time.monotonic() < deadline, "not every worker's tables were flushed"
+        time.sleep(0.5)
 
 
 def _worker_pid(out: Path, n: int, run: subprocess.Popen[str]) -> int:

@@ -205,7 +205,11 @@ def stop_reading(server: ServerProcess) -> None:
             assert m.answer() == (first + i, ErrorCode.NONE)
         rest.join()
         assert m.heartbeat() == ErrorCode.NONE
-        assert f"client at 127.0.0.1:{m.conn.sock.getsockname()[1]} has not read" in server.log()
+        said = f"client at 127.0.0.1:{m.conn.sock.getsockname()[1]} has not read"
+        deadline = time.monotonic() + 10
+        while said not in server.log():  # the server's word may come a moment after
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.05)
     finally:
         m.close()
         other.close()
@@ -246,16 +250,22 @@ def test_heartbeats_alone_keep_a_connection_from_idling(server: ServerProcess) -
 
 
 def test_sigterm_closes_parked_connections_and_exits_0(tmp_path: Path) -> None:
-    with fastcoord_server(tmp_path, "--group-initial-rebalance-delay-ms", "0") as server:
+    with fastcoord_server(
+        tmp_path,
+        "--group-initial-rebalance-delay-ms",
+        "0",
+        # A parked connection that shutdown did not close would hold the exit this long,
+        # past the wait below, however loaded the machine.
+        "--shutdown-grace-ms",
+        "600000",
+    ) as server:
         members = [Member(server, f"g{i}") for i in range(50)]
         plain = [Connection(server.host, server.port) for _ in range(50)]
         try:
             for m in members:
                 assert m.heartbeat() == ErrorCode.NONE
-            started = time.monotonic()
             server.process.send_signal(signal.SIGTERM)
-            assert server.process.wait(timeout=10) == 0
-            assert time.monotonic() - started < 5
+            assert server.process.wait(timeout=30) == 0
             assert all(c.closed_by_server() for c in [m.conn for m in members] + plain)
         finally:
             for m in members:

@@ -188,6 +188,15 @@ def lines_about(log: str, conn: Connection | socket.socket) -> list[str]:
     return [line for line in log.splitlines() if f"{host}:{port}" in line]
 
 
+def logged_about(server: ServerProcess, conn: Connection | socket.socket) -> list[str]:
+    """The log lines that name this client connection, once there is one."""
+    deadline = time.monotonic() + 20
+    while not (lines := lines_about(server.log(), conn)):
+        assert time.monotonic() < deadline, f"nothing logged about the connection:\n{server.log()}"
+        time.sleep(0.05)
+    return lines
+
+
 def raw_frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
     header = struct.pack(">hhi", api_key, version, correlation_id) + struct.pack(">h", 3) + b"raw"
     return struct.pack(">i", len(header) + len(body)) + header + body
@@ -379,7 +388,9 @@ def test_failed_logins_waiting_out_their_delay_hold_up_no_one(tmp_path: Path) ->
                 logins += 1
             time.sleep(0.05)
         assert logins == 3
-        assert slowest < 0.5, f"a heartbeat or login took {slowest * 1000:.0f} ms"
+        # Not held up by the delays under way: a small part of one, however loaded the
+        # machine (each is answered in about a millisecond when nothing holds it up).
+        assert slowest < delay_s / 2, f"a heartbeat or login took {slowest * 1000:.0f} ms"
 
         for bad, sent in flood:
             (size,) = struct.unpack(">i", bad.read_exactly(4))
@@ -410,9 +421,12 @@ def test_a_silent_half_logged_in_connection_is_closed_at_the_time_limit(
     if stage == "mid-scram":
         client = SaslClient("SCRAM-SHA-512", USER, PASSWORDS[USER])
         assert sasl_authenticate(conn, client.first()).error_code == 0
-    assert rest_until_closed(conn, SASL_TIMEOUT_MS / 1000 + 2) == b""
+    assert rest_until_closed(conn, SASL_TIMEOUT_MS / 1000 + 30) == b""
     took = time.monotonic() - started
-    assert SASL_TIMEOUT_MS / 1000 - 0.1 <= took <= SASL_TIMEOUT_MS / 1000 + 1.5, took
+    assert took >= SASL_TIMEOUT_MS / 1000 - 0.1, took  # not before it
+    # Closed by the time limit, as the server says, rather than by anything else.
+    lines = logged_about(server, conn)
+    assert any(f"not done within {SASL_TIMEOUT_MS} ms" in line for line in lines), lines
 
 
 def test_a_token_over_the_size_bound_fails_the_login_unanswered(
@@ -445,9 +459,11 @@ def test_a_size_prefix_over_the_bound_closes_without_waiting_for_the_frame(
     conn.sendall(struct.pack(">ihhi", 1 << 20, ApiKey.SASL_AUTHENTICATE, 1, 99))
     assert rest_until_closed(conn) == b""
     took = time.monotonic() - started
-    assert FAILURE_DELAY_MS / 1000 <= took < SASL_TIMEOUT_MS / 1000 - 0.5, (
-        f"closed after {took:.2f} s"
-    )
+    assert took >= FAILURE_DELAY_MS / 1000, f"closed after {took:.2f} s"
+    # For the size it announced, not when the exchange's time limit was up.
+    lines = logged_about(server, conn)
+    assert any(f"SASL request of {1 << 20} bytes" in line for line in lines), lines
+    assert not any("not done within" in line for line in lines), lines
 
 
 # -- SaslHandshake v0: raw tokens ----------------------------------------------------------
@@ -611,8 +627,7 @@ def test_plaintext_kafka_to_a_tls_port_closes_it_with_one_log_line(
     conn = Connection(*address(server, listener))
     conn.send(ApiVersionsRequest(), 0)
     assert rest_until_closed(conn) == b""
-    time.sleep(0.1)
-    lines = lines_about(server.log(), conn)
+    lines = logged_about(server, conn)
     assert len(lines) == 1, lines
     assert "plaintext" in lines[0] and listener in lines[0], lines[0]
     still_serves(server, certs)
@@ -625,8 +640,7 @@ def test_a_tls_client_hello_to_a_plaintext_port_closes_it_with_one_log_line(
     conn = Connection(*address(server, "PLAINTEXT"))
     conn.sendall(client_hello())
     assert rest_until_closed(conn) == b""
-    time.sleep(0.1)
-    lines = lines_about(server.log(), conn)
+    lines = logged_about(server, conn)
     assert len(lines) == 1, lines
     assert "TLS" in lines[0], lines[0]
     still_serves(server, certs)
@@ -644,11 +658,11 @@ def test_a_tls_handshake_not_done_in_time_is_closed(
     if sends != "nothing":
         hello = client_hello()
         conn.sendall(hello[: len(hello) // 2])
-    assert rest_until_closed(conn, TLS_TIMEOUT_MS / 1000 + 2) == b""
+    assert rest_until_closed(conn, TLS_TIMEOUT_MS / 1000 + 30) == b""
     took = time.monotonic() - started
-    assert TLS_TIMEOUT_MS / 1000 - 0.1 <= took <= TLS_TIMEOUT_MS / 1000 + 1.5, took
-    time.sleep(0.1)
-    lines = lines_about(server.log(), conn)
+    assert took >= TLS_TIMEOUT_MS / 1000 - 0.1, took  # not before it
+    # Closed by the time limit, as the server says, rather than by anything else.
+    lines = logged_about(server, conn)
     assert len(lines) == 1 and re.search(r"(?i)timed? ?out", lines[0]), lines
     still_serves(server, certs)
 
@@ -681,9 +695,13 @@ def test_reauthenticating_keeps_the_member_in_its_group(
     assert lifetime == REAUTH_MS
     member = join_on(conn, group, SESSION_MS, SESSION_MS)
     formed = len(rebalances(server.log(), group))
-    started = last_login = time.monotonic()
+    last_login = time.monotonic()
+    give_up = last_login + 60
     reauthentications = 0
-    while time.monotonic() - started < 3 * REAUTH_MS / 1000:
+    # Three logins, each before the session's lifetime is up: over two lifetimes and more,
+    # which the first login alone would not have lasted.
+    while reauthentications < 3:
+        assert time.monotonic() < give_up
         assert heartbeat(conn, member) == ErrorCode.NONE
         if time.monotonic() - last_login > 0.7 * REAUTH_MS / 1000:
             lifetime = sasl_login(conn, mechanism, USER, PASSWORDS[USER])
@@ -691,7 +709,6 @@ def test_reauthenticating_keeps_the_member_in_its_group(
             last_login = time.monotonic()
             reauthentications += 1
         time.sleep(0.1)
-    assert reauthentications >= 3
     assert heartbeat(conn, member) == ErrorCode.NONE
     log = server.log()
     assert len(rebalances(log, group)) == formed
@@ -813,7 +830,17 @@ def hold_clients_over_lifetimes(
         first = {name: admin_group(server, f"reauth-{name}") for name in members}
         joined_on = {name: joined_from(log, m.name) for name, m in members.items()}
 
-        time.sleep(4 * REAUTH_MS / 1000)
+        # Heartbeats over four session lifetimes, however long a busy machine takes: each
+        # moves the member's session deadline on.
+        give_up = time.monotonic() + 60
+        for name in members:
+            before = first[name]["members"][0]["session_deadline_ms"]
+            while (
+                admin_group(server, f"reauth-{name}")["members"][0]["session_deadline_ms"]
+                < before + 4 * REAUTH_MS
+            ):
+                assert time.monotonic() < give_up, f"{name} stopped heartbeating"
+                time.sleep(0.1)
         log = server.log()
         expired = [line for line in log[mark:].splitlines() if "SASL session expired" in line]
         assert not expired, expired
@@ -828,13 +855,14 @@ def hold_clients_over_lifetimes(
             assert member.owned == frozenset(range(3))
         while members:
             members.popitem()[1].close()  # each leaves its group
-        time.sleep(0.2)
-        log = server.log()
+        give_up = time.monotonic() + 20
         for name, peer in joined_on.items():
-            assert f"{peer} LeaveGroupRequest" in log[mark:], (
-                f"{name} did not leave on the connection it joined on ({peer}): it was "
-                "replaced rather than re-authenticated"
-            )
+            while f"{peer} LeaveGroupRequest" not in server.log()[mark:]:
+                assert time.monotonic() < give_up, (
+                    f"{name} did not leave on the connection it joined on ({peer}): it was "
+                    "replaced rather than re-authenticated"
+                )
+                time.sleep(0.05)
     finally:
         for member in members.values():
             member.close()

@@ -1,14 +1,22 @@
 """The appender's fsync policies: what is synced when, and which writes share a sync.
 
 Real partition logs in a temporary directory; PartitionLog.sync is wrapped to count the
-syncs (and, for the first, to take a while, so that writes queue up behind it).
+syncs. Which writes share a sync depends on when they arrive relative to the syncs and to
+the linger, so the tests that decide it run the appender's thread in simulated time (a
+Timeline): each write arrives at the time the test gives it, a sync takes the time the
+test gives it, and a wait for the next write passes time rather than taking it. The
+batches then follow from the appender's rules alone, however slow or busy the machine.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,8 +24,10 @@ import pytest
 from fastcoord.core.records import OffsetCommitKey, OffsetCommitValue, Record
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.storage import segment
-from fastcoord.storage.appender import Appender, Policy
+from fastcoord.storage.appender import Appender, Item, Policy
 from fastcoord.storage.log import PartitionLog, directory
+
+WAIT_S = 30.0  # bounds a real wait for the thread, which is over in milliseconds
 
 
 def frames(n: int) -> dict[int, tuple[bytes, int]]:
@@ -25,24 +35,121 @@ def frames(n: int) -> dict[int, tuple[bytes, int]]:
     return {0: (segment.encode(record), 1)}
 
 
-class Run:
-    """An appender over one partition log, its reports, and its syncs."""
+class Timeline:
+    """Simulated time for an appender's thread: its clock, and its inbox.
 
-    def __init__(self, tmp_path: Path, policy: Policy, linger_ms: int, slow_first_sync_s: float):
-        self.reports: list[list[int]] = []
+    Actions (a write's submission) are scheduled at simulated times. A wait of the thread
+    for its next item runs the actions due meanwhile, in order, moving the clock to each;
+    if none brings an item, the clock moves to the end of the wait and the wait is over.
+    Only once every action has run does a blocking wait block for real, for close().
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._actions: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()  # actions at the same time run in scheduling order
+        self._ready: deque[Item] = deque()
+        self._lock = threading.Condition(threading.RLock())  # an action's put re-enters
+        self.spent = threading.Event()  # every action has run and the thread waits for more
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self._actions, (when, next(self._order), action))
+
+    def clock(self) -> float:
+        return self.now
+
+    def put(self, item: Item) -> None:
+        with self._lock:
+            self._ready.append(item)
+            self._lock.notify_all()
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Item:
+        if not block:
+            return self.get_nowait()
+        with self._lock:
+            until = float("inf") if timeout is None else self.now + timeout
+            self._run_until(self.now)
+            while not self._ready and self._actions and self._actions[0][0] <= until:
+                self._run_next()
+            if self._ready:
+                return self._ready.popleft()
+            if timeout is not None:
+                self.now = until
+                raise queue.Empty
+            self.spent.set()
+            self._lock.wait_for(lambda: bool(self._ready))
+            return self._ready.popleft()
+
+    def get_nowait(self) -> Item:
+        with self._lock:
+            self._run_until(self.now)  # what arrived while the thread wrote or synced
+            if not self._ready:
+                raise queue.Empty
+            return self._ready.popleft()
+
+    def _run_until(self, until: float) -> None:
+        while self._actions and self._actions[0][0] <= until:
+            self._run_next()
+
+    def _run_next(self) -> None:
+        when, _, action = heapq.heappop(self._actions)
+        self.now = max(self.now, when)
+        action()
+
+
+class Run:
+    """An appender over one partition log, its reports, and its syncs: in real time, or
+    in a Timeline's simulated time, where a sync takes the time that `sync_s` gives it
+    (the first sync the first figure, and so on; the rest take none)."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        policy: Policy,
+        linger_ms: int,
+        timeline: Timeline | None = None,
+        sync_s: Sequence[float] = (),
+    ) -> None:
+        self.timeline = timeline
+        self.started = False
+        self.reports: list[tuple[float, list[int]]] = []  # (time, tokens)
         self.synced: list[float] = []
         self.done = threading.Condition()
         self.log = PartitionLog(directory(tmp_path, 0), 1 << 20)
         sync = self.log.sync
+        durations = deque(sync_s)
 
         def counting_sync() -> None:
-            if not self.synced:
-                time.sleep(slow_first_sync_s)
+            if timeline is not None and durations:
+                timeline.now += durations.popleft()
             sync()
-            self.synced.append(time.monotonic())
+            self.synced.append(self.now())
 
         self.log.sync = counting_sync  # type: ignore[method-assign]
-        self.appender = Appender({0: self.log}, policy, linger_ms, self._report, self._done)
+        if timeline is None:
+            self.appender = Appender({0: self.log}, policy, linger_ms, self._report, self._done)
+        else:
+            self.appender = Appender(
+                {0: self.log},
+                policy,
+                linger_ms,
+                self._report,
+                self._done,
+                clock=timeline.clock,
+                inbox=timeline,
+            )
+
+    def start(self) -> None:
+        self.appender.start()
+        self.started = True
+
+    def now(self) -> float:
+        return time.monotonic() if self.timeline is None else self.timeline.now
+
+    def submit_at(self, when: float, token: int) -> None:
+        """In simulated time: `token`'s write is submitted at `when`."""
+        assert self.timeline is not None
+        self.timeline.at(when, lambda: self.appender.submit(token, frames(token)))
 
     def _report(self, fn: Callable[[], None]) -> None:
         fn()  # on the appender's thread: enough here, there is no event loop
@@ -50,85 +157,131 @@ class Run:
     def _done(self, tokens: list[int], error: ErrorCode) -> None:
         assert error == ErrorCode.NONE
         with self.done:
-            self.reports.append(tokens)
+            self.reports.append((self.now(), tokens))
             self.done.notify_all()
 
-    def wait_for(self, tokens: int, timeout: float) -> None:
+    def wait_for(self, tokens: int) -> None:
         with self.done:
-            assert self.done.wait_for(lambda: sum(map(len, self.reports)) >= tokens, timeout)
+            assert self.done.wait_for(lambda: len(self.tokens()) >= tokens, WAIT_S)
+
+    def tokens(self) -> list[int]:
+        return [token for _, tokens in self.reports for token in tokens]
+
+    def batches(self) -> list[list[int]]:
+        return [tokens for _, tokens in self.reports]
+
+    def play(self) -> list[tuple[float, list[int]]]:
+        """In simulated time: run the thread through every scheduled write; the reports,
+        each at its simulated time (rounded off float sums)."""
+        assert self.timeline is not None
+        self.start()
+        assert self.timeline.spent.wait(WAIT_S), "the appender's thread did not get through"
+        assert self.appender.pending == 0
+        return [(round(at, 9), tokens) for at, tokens in self.reports]
 
 
 @pytest.fixture
 def run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
     runs: list[Run] = []
 
-    def start(policy: Policy, linger_ms: int, slow_first_sync_s: float = 0.0) -> Run:
-        r = Run(tmp_path / str(len(runs)), policy, linger_ms, slow_first_sync_s)
-        r.appender.start()
+    def start(
+        policy: Policy,
+        linger_ms: int,
+        timeline: Timeline | None = None,
+        sync_s: Sequence[float] = (),
+    ) -> Run:
+        r = Run(tmp_path / str(len(runs)), policy, linger_ms, timeline, sync_s)
+        if timeline is None:
+            r.start()  # else play() starts it, once the writes are scheduled
         runs.append(r)
         return r
 
     yield start
     for r in runs:
-        r.appender.close()
+        if r.started:
+            r.appender.close()
 
 
 def test_batch_syncs_a_lone_write_at_once(run: Callable[..., Run]) -> None:
-    """A client committing one request at a time: each write is alone in the queue, and is
-    synced without waiting for the linger (an hour here)."""
+    """A client committing one request at a time, in real time: each write is alone in the
+    queue, and is synced without waiting for the linger (an hour here, past WAIT_S)."""
     r = run("batch", 3_600_000)
     for token in range(1, 4):
         r.appender.submit(token, frames(token))
-        r.wait_for(token, timeout=30)
-    assert r.reports == [[1], [2], [3]] and len(r.synced) == 3
+        r.wait_for(token)
+    assert r.batches() == [[1], [2], [3]] and len(r.synced) == 3
+
+
+def test_batch_syncs_a_lone_write_at_once_in_simulated_time(run: Callable[..., Run]) -> None:
+    r = run("batch", 3_600_000, Timeline())
+    for token, at in enumerate((0.0, 1.0, 2.5), start=1):
+        r.submit_at(at, token)
+    assert r.play() == [(0.0, [1]), (1.0, [2]), (2.5, [3])]
+    assert r.synced == [0.0, 1.0, 2.5]
 
 
 def test_batch_writes_queued_together_share_a_sync_while_more_keep_coming(
     run: Callable[..., Run],
 ) -> None:
-    r = run("batch", 5_000, slow_first_sync_s=0.5)
-    r.appender.submit(1, frames(1))
-    time.sleep(0.1)  # the thread is in the first, slow sync: the next writes queue up
-    for token in (2, 3):
-        r.appender.submit(token, frames(token))
-    time.sleep(0.6)  # the first sync is over; the thread took 2 and 3 together and waits
-    r.appender.submit(4, frames(4))  # within a fifth of the linger (1 s): joins them
-    r.wait_for(4, timeout=30)
-    assert r.reports == [[1], [2, 3, 4]] and len(r.synced) == 2
+    # Linger 5 s: a pause of 1 s ends the wait. The first sync takes 0.5 s, so 2 and 3
+    # queue up behind it; the thread takes them together at 0.5 and waits for more: 4 and
+    # 5 come within 1 s of the one before, and join them; then nothing for 1 s.
+    r = run("batch", 5_000, Timeline(), sync_s=[0.5])
+    for token, at in ((1, 0.0), (2, 0.1), (3, 0.2), (4, 0.9), (5, 1.6)):
+        r.submit_at(at, token)
+    assert r.play() == [(0.5, [1]), (2.6, [2, 3, 4, 5])]
+    assert len(r.synced) == 2
 
 
 def test_batch_waits_no_longer_than_a_pause_of_a_fifth_of_the_linger(
     run: Callable[..., Run],
 ) -> None:
-    r = run("batch", 3_000, slow_first_sync_s=0.3)
-    r.appender.submit(1, frames(1))
-    time.sleep(0.1)
-    for token in (2, 3):
-        r.appender.submit(token, frames(token))
-    # The thread takes 2 and 3 at 0.3 s; nothing comes for a fifth of the linger (0.6 s),
-    # so they are synced then, long before the linger is over (3.3 s)...
-    time.sleep(1.4)
-    r.appender.submit(4, frames(4))  # ...and 4, at 1.5 s, goes alone.
-    r.wait_for(4, timeout=30)
-    assert r.reports == [[1], [2, 3], [4]] and len(r.synced) == 3
+    # Linger 3 s: the thread takes 2 and 3 at 0.3 s, when the first sync is over; nothing
+    # comes for a fifth of the linger (0.6 s), so they are synced at 0.9 s, long before
+    # the linger is over (3.3 s), and 4, at 1.5 s, goes alone.
+    r = run("batch", 3_000, Timeline(), sync_s=[0.3])
+    for token, at in ((1, 0.0), (2, 0.1), (3, 0.1), (4, 1.5)):
+        r.submit_at(at, token)
+    assert r.play() == [(0.3, [1]), (0.9, [2, 3]), (1.5, [4])]
+    assert len(r.synced) == 3
 
 
-def test_always_never_waits_for_more(run: Callable[..., Run]) -> None:
-    r = run("always", 2_000, slow_first_sync_s=0.3)
-    r.appender.submit(1, frames(1))
-    time.sleep(0.1)
-    for token in (2, 3):
-        r.appender.submit(token, frames(token))
-    time.sleep(0.5)
-    r.appender.submit(4, frames(4))
-    r.wait_for(4, timeout=30)
-    assert r.reports == [[1], [2, 3], [4]] and len(r.synced) == 3
+def test_batch_waits_no_longer_than_the_linger_while_writes_keep_coming(
+    run: Callable[..., Run],
+) -> None:
+    # Linger 1 s: the thread takes what queued behind the first sync at 0.3 s and waits for
+    # more; a write every 0.1 s keeps the wait going until the linger ends it, at 1.3 s.
+    r = run("batch", 1_000, Timeline(), sync_s=[0.3])
+    arrivals = {1: 0.0} | {token: 0.05 + 0.1 * (token - 1) for token in range(2, 21)}
+    for token, at in arrivals.items():
+        r.submit_at(at, token)
+    reports = r.play()
+    assert reports[0] == (0.3, [1])
+    assert reports[1] == (1.3, [token for token, at in arrivals.items() if 0 < at <= 1.3])
+    # What comes after is taken alone, as nothing queues behind a sync that takes no time.
+    assert reports[2:] == [(round(arrivals[t], 9), [t]) for t in range(14, 21)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "batches"),
+    [("batch", [[1], [2, 3, 4]]), ("always", [[1], [2, 3], [4]])],
+)
+def test_always_never_waits_for_more(
+    run: Callable[..., Run], policy: Policy, batches: list[list[int]]
+) -> None:
+    # The same writes: 2 and 3 queue behind the first sync, 4 comes just after it. Batch
+    # waits for 4 to share their sync; always syncs 2 and 3 at once, and then 4.
+    r = run(policy, 2_000, Timeline(), sync_s=[0.3])
+    for token, at in ((1, 0.0), (2, 0.1), (3, 0.1), (4, 0.35)):
+        r.submit_at(at, token)
+    r.play()
+    assert r.batches() == batches and len(r.synced) == len(batches)
 
 
 def test_never_does_not_sync(run: Callable[..., Run]) -> None:
     r = run("never", 5)
     for token in (1, 2):
         r.appender.submit(token, frames(token))
-    r.wait_for(2, timeout=30)
+    r.wait_for(2)
     assert r.synced == []
     assert len(segment.scan(next(r.log.path.glob("*.log")).read_bytes()).records) == 2
