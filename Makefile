@@ -47,13 +47,13 @@ test: $(STAMP) compile lint
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-ext test-twins
 
 test-ext: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not cluster and not java and not kafkajs and not spark and not security"
+	$(BIN)/python -m pytest -q --durations=10 -m "not slow and not cluster and not java and not kafkajs and not spark and not security"
 
 test-twins: $(STAMP)
-	FASTCOORD_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q -m "not slow and not cluster and not java and not kafkajs and not spark and not security"
+	FASTCOORD_NO_EXTENSIONS=1 $(BIN)/python -m pytest -q --durations=10 -m "not slow and not cluster and not java and not kafkajs and not spark and not security"
 
 test-slow: $(STAMP) compile  ## long checks (many SIGKILL rounds): CI runs them as a job of their own
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q --durations=10 -m slow
 
 test-cluster: $(STAMP) compile  ## several nodes and many real clients (the Java client's and kafkajs's too): a CI job of their own
 	$(BIN)/python -m pytest -q -m "(cluster or java or kafkajs) and not slow and not spark and not security"
@@ -77,7 +77,7 @@ test-debug: $(STAMP)  ## the fuzz, differential and interop tests on the debug b
 	find $(DEBUG_TREE) \( -name '*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
 	cd $(DEBUG_TREE) && FASTCOORD_DEBUG_BUILD=1 $(CURDIR)/$(BIN)/python setup.py --quiet build_ext --inplace
 	cd $(DEBUG_TREE) && $(CURDIR)/$(BIN)/python -c 'import fastcoord._ext.reactor as m, sys; sys.exit(0 if m.__file__.startswith("$(CURDIR)/$(DEBUG_TREE)/") else "not the debug tree: " + m.__file__)'
-	cd $(DEBUG_TREE) && $(CURDIR)/$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not cluster and not java and not kafkajs and not spark and not security" $(DEBUG_TESTS)
+	cd $(DEBUG_TREE) && $(CURDIR)/$(BIN)/python -m pytest -q --durations=10 -p no:cacheprovider -m "not slow and not cluster and not java and not kafkajs and not spark and not security" $(DEBUG_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check fastcoord tests benches setup.py

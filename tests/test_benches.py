@@ -79,13 +79,15 @@ def test_cluster_run_smoke() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
 def test_cluster_run_callgrind_smoke() -> None:
-    """The script's instruction counts (two servers under callgrind): about two minutes."""
+    """The script's instruction counts (two servers under callgrind): about a minute, its
+    heartbeat counts being fixed; few members, as the smoke test's question is whether the
+    mode runs and reports, not what it counts."""
     root = Path(__file__).resolve().parent.parent
     run = subprocess.run(
         [
             sys.executable,
             *("-m", "benches.cluster_run", "--callgrind"),
-            *("--shared-members", "300", "--own-connections", "100"),
+            *("--shared-members", "60", "--own-connections", "20"),
         ],
         cwd=root,
         capture_output=True,

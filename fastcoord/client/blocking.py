@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -26,6 +27,9 @@ from fastcoord.protocol.messages import (
     JoinGroupRequest,
     JoinGroupRequestProtocol,
     JoinGroupResponse,
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+    OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupRequestAssignment,
     SyncGroupResponse,
@@ -131,6 +135,33 @@ class Connection:
         if version < low:
             raise PeerError(f"API {api_key}: the peer serves v{low}-{high}, not v{wanted}")
         return version
+
+    def committed(
+        self,
+        group_id: str,
+        topic: str,
+        partitions: Sequence[int],
+        version: int = 5,
+        load_timeout_s: float = 15.0,
+    ) -> dict[int, int]:
+        """The group's committed offsets of `partitions` of `topic` (-1: none), by
+        OffsetFetch; COORDINATOR_LOAD_IN_PROGRESS (a server still loading its offsets log)
+        is retried for `load_timeout_s`, as clients do. Another error raises PeerError."""
+        request = OffsetFetchRequest(
+            group_id=group_id, topics=[OffsetFetchRequestTopic(topic, list(partitions))]
+        )
+        deadline = time.monotonic() + load_timeout_s
+        while True:
+            answer = self.request(request, version)
+            assert isinstance(answer, OffsetFetchResponse)
+            if answer.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                break
+            if time.monotonic() > deadline:
+                raise PeerError(f"OffsetFetch: still loading after {load_timeout_s} s")
+            time.sleep(0.05)
+        if answer.error_code != ErrorCode.NONE:
+            raise PeerError(f"OffsetFetch: error {answer.error_code}")
+        return {p.partition_index: p.committed_offset for t in answer.topics for p in t.partitions}
 
     def closed_by_server(self, timeout: float = 5.0) -> bool:
         """Wait up to `timeout` for the peer to close the connection (reads a byte)."""

@@ -24,14 +24,9 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from fastcoord.client.admin import AdminClient
+from fastcoord.client.blocking import Connection
 from fastcoord.cluster.routing import Cluster, Node
 from fastcoord.core.native import partition
-from fastcoord.protocol.errors import ErrorCode
-from fastcoord.protocol.messages import (
-    OffsetFetchRequest,
-    OffsetFetchRequestTopic,
-    OffsetFetchResponse,
-)
 from fastcoord.testing import (
     ServerProcess,
     cluster_list,
@@ -88,21 +83,9 @@ def generations(admin: AdminClient, wanted: list[str]) -> dict[str, tuple[str, i
 
 
 def fetch_offsets(address: tuple[str, int], group: str) -> dict[int, int]:
-    from fastcoord.client.blocking import Connection
-
     with Connection(*address) as c:
-        request = OffsetFetchRequest(
-            group_id=group, topics=[OffsetFetchRequestTopic(TOPIC, list(range(PARTITIONS)))]
-        )
-        answer = c.request(request, 5)
-        assert isinstance(answer, OffsetFetchResponse)
-        assert answer.error_code == ErrorCode.NONE, answer.error_code
-        return {
-            p.partition_index: p.committed_offset
-            for t in answer.topics
-            for p in t.partitions
-            if p.committed_offset >= 0
-        }
+        found = c.committed(group, TOPIC, range(PARTITIONS))
+    return {partition: offset for partition, offset in found.items() if offset >= 0}
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout_s: float) -> float:

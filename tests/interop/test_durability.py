@@ -28,8 +28,6 @@ from fastcoord.protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
-    OffsetFetchRequest,
-    OffsetFetchRequestTopic,
 )
 from fastcoord.storage import segment
 from fastcoord.storage.log import PartitionLog, directory
@@ -72,19 +70,7 @@ def _commit_once(c: Connection, group: str, offset: int) -> int:
 
 
 def committed(c: Connection, group: str) -> dict[int, int]:
-    deadline = time.monotonic() + 15
-    while True:
-        c.send(
-            OffsetFetchRequest(group_id=group, topics=[OffsetFetchRequestTopic("t", [0, 1, 2, 3])]),
-            3,
-        )
-        response = c.receive(ApiKey.OFFSET_FETCH, 3)
-        if response.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-            break
-        assert time.monotonic() < deadline, "the offsets log did not load"
-        time.sleep(0.05)
-    assert response.error_code == 0
-    return {p.partition_index: p.committed_offset for t in response.topics for p in t.partitions}
+    return c.committed(group, "t", [0, 1, 2, 3], version=3)
 
 
 def committer(

@@ -24,12 +24,6 @@ from typing import Any
 import pytest
 
 from fastcoord import testing_kafkajs
-from fastcoord.protocol.errors import ErrorCode
-from fastcoord.protocol.messages import (
-    OffsetFetchRequest,
-    OffsetFetchRequestTopic,
-    OffsetFetchResponse,
-)
 from fastcoord.testing import ServerProcess, fastcoord_server
 from fastcoord.testing_kafkajs import KafkajsMember
 
@@ -108,18 +102,8 @@ def held(members: Sequence[KafkajsMember]) -> list[frozenset[int]]:
 def fetch_offsets(server: ServerProcess, group: str) -> dict[int, int]:
     """The group's committed offsets of the topic, by fastcoord's own blocking client."""
     with server.connect() as connection:
-        request = OffsetFetchRequest(
-            group_id=group, topics=[OffsetFetchRequestTopic(TOPIC, list(range(PARTITIONS)))]
-        )
-        answer = connection.request(request, 5)
-    assert isinstance(answer, OffsetFetchResponse)
-    assert answer.error_code == ErrorCode.NONE, answer.error_code
-    return {
-        p.partition_index: p.committed_offset
-        for t in answer.topics
-        for p in t.partitions
-        if p.committed_offset >= 0
-    }
+        found = connection.committed(group, TOPIC, range(PARTITIONS))
+    return {partition: offset for partition, offset in found.items() if offset >= 0}
 
 
 def test_a_group_grows_and_shrinks(server: ServerProcess, tmp_path: Path) -> None:
