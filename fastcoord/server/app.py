@@ -602,6 +602,9 @@ async def serve(config: ServerConfig, task_status: Any = trio.TASK_STATUS_IGNORE
     that fails after the data directory was created removes it again if it is empty."""
     # Signals first: once the port is announced, a SIGTERM must stop us cleanly.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        if _stop_asked:  # before the receiver opened (run())
+            log.info("received %s before starting: stopping", signal.Signals(_stop_asked[0]).name)
+            return
         files = startup.file_limit(config)
         data_dir = Path(config.data_dir)
         if not config.in_memory:
@@ -813,6 +816,12 @@ def run(config: ServerConfig) -> int:
     # A file-size limit reached must fail that write (EFBIG, answered as a storage error),
     # not kill the server.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    # Outside serve()'s signal receiver (before it opens, after it closes, which gives this
+    # handler back) a SIGINT or SIGTERM is noted rather than fatal: a supervisor that
+    # repeats SIGTERM while the server stops must not kill it on its way out of a clean
+    # stop, and one that comes first stops it as soon as the receiver is open.
+    signal.signal(signal.SIGTERM, _ask_stop)
+    signal.signal(signal.SIGINT, _ask_stop)
     try:
         trio.run(serve, config)
     except BaseException as exc:
@@ -821,4 +830,16 @@ def run(config: ServerConfig) -> int:
             raise
         print(f"fastcoord serve: cannot start: {failure}", file=sys.stderr, flush=True)
         return 2
+    finally:
+        # The interpreter's finalization would give a Python handler's signals their
+        # default actions back (fatal), but leaves ignored ones ignored.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     return 0
+
+
+_stop_asked: list[int] = []  # SIGINT or SIGTERM met outside serve()'s signal receiver
+
+
+def _ask_stop(signum: int, _frame: object) -> None:
+    _stop_asked.append(signum)

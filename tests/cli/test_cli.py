@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -61,6 +62,21 @@ def test_serve_listens_says_where_and_stops_on_sigterm(tmp_path: Path) -> None:
         process.wait(timeout=30)
         if process.stdout is not None:
             process.stdout.close()
+
+
+def test_a_sigterm_repeated_until_it_exits_still_stops_it_cleanly(tmp_path: Path) -> None:
+    """A supervisor that repeats SIGTERM while the server stops (as benchmarks that stop
+    several servers at once do) must not kill it on its way out: exit 0 whenever they land."""
+    from fastcoord.testing import start_fastcoord
+
+    server = start_fastcoord(tmp_path)
+    try:
+        while server.process.poll() is None:
+            server.process.send_signal(signal.SIGTERM)  # Popen: never a reused PID
+            time.sleep(0.001)
+        assert server.process.returncode == 0, server.log()
+    finally:
+        server.stop()
 
 
 def test_report_takes_event_logs_repeated_and_separated_by_commas(
