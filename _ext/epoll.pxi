@@ -15,7 +15,9 @@ cdef extern from "<sys/epoll.h>" nogil:
 
     enum:
         EPOLLIN
+        EPOLLONESHOT
         EPOLL_CTL_ADD
+        EPOLL_CTL_MOD
         EPOLL_CTL_DEL
         EPOLL_CLOEXEC
 

@@ -168,19 +168,19 @@ cdef tuple _parse_consumer_heartbeat(Cursor* c, Consumer* numbers):
     return (client_id, group_id, member_id)
 
 
-cdef inline void _put32(char* q, int32_t v) noexcept:
+cdef inline void _put32(char* q, int32_t v) noexcept nogil:
     q[0] = <char>((v >> 24) & 0xFF)
     q[1] = <char>((v >> 16) & 0xFF)
     q[2] = <char>((v >> 8) & 0xFF)
     q[3] = <char>(v & 0xFF)
 
 
-cdef inline void _put16(char* q, int16_t v) noexcept:
+cdef inline void _put16(char* q, int16_t v) noexcept nogil:
     q[0] = <char>((v >> 8) & 0xFF)
     q[1] = <char>(v & 0xFF)
 
 
-cdef inline Py_ssize_t _response_size(int version) noexcept:
+cdef inline Py_ssize_t _response_size(int version) noexcept nogil:
     """The size field of a Heartbeat response: header and body, without the prefix."""
     cdef Py_ssize_t size = 4 + 2  # correlation id, error code
     if version >= 1:
@@ -192,7 +192,7 @@ cdef inline Py_ssize_t _response_size(int version) noexcept:
 
 cdef inline char* _write_response(
     char* q, int version, int32_t correlation_id, int32_t throttle, int16_t error
-) noexcept:
+) noexcept nogil:
     """Write a Heartbeat response frame at q, size prefix included; returns its end."""
     _put32(q, <int32_t>_response_size(version))
     _put32(q + 4, correlation_id)

@@ -5,12 +5,16 @@ Twin: fastcoord/server/reactor.py (select.epoll and the twin of answer_heartbeat
 the same interface and the same hand-overs; differential tests drive both over socket
 pairs. The Trio side (fastcoord/server/parking.py) waits on `fileno()` and calls `drain`.
 
-A parked socket belongs to a connection that owes nothing. `drain` takes the sockets that
-are ready (epoll_wait with timeout 0, level-triggered, at most MAX_EVENTS a call), reads
-each once, and when the read holds only complete Heartbeat frames that the member table
-answers alone, with no bytes after their messages, writes their answers with one write;
-that is all a lone heartbeat costs. Anything else, the socket leaves the descriptor and is
-handed back to its connection, to be handled the ordinary way:
+A parked socket belongs to a connection that owes nothing. Its reads are served in two
+steps. The first is C without the GIL, `serve_ready`: it takes the sockets that are ready
+(epoll_wait, each socket armed for one event at a time), reads each once, and when the read
+holds only complete, regular Heartbeat frames (v0-4, dynamic members, nothing after their
+messages) that the member table answers alone, it looks their ids up in the table's C
+index and writes their answers with one write; that is all a lone heartbeat costs. Every
+other read is queued, with its bytes, for the second step, `drain`, on the Trio side, which
+answers the run of heartbeats that begins it as the connection would (answer_run: irregular
+frames, ConsumerGroupHeartbeats, trailing bytes) and writes, or hands the socket back to its
+connection, to be handled the ordinary way:
 
     (connection, answers, rest, more, error, trailing)
 
@@ -19,16 +23,26 @@ heartbeats that began the read, or what a write did not take); `rest`: the bytes
 that run; `more`: the read filled the buffer, so more bytes may wait in the socket;
 `error`: 0, ENDED (the client closed its end) or the errno of a failed read or write;
 `trailing`: (version, count) of each answered heartbeat with bytes after its message, for
-the connection's log, or None. Nothing here ever blocks or waits: every call returns
-at once, with the sockets that were ready and no more.
+the connection's log, or None.
+
+Without `start`, `drain` runs the first step itself (epoll_wait with timeout 0) and serves
+the sockets that were ready and no more: it never blocks. After `start(table, offset)`, a
+thread of the reactor's own runs the first step, blocked in epoll_wait, and `fileno()` is an
+eventfd readable when reads wait for `drain`. The thread never takes the GIL: what it shares
+with the Trio side (which sockets are parked, the queue, the table to use) is guarded by the
+reactor's mutex, which it holds while it serves one socket, so that once `remove(fd)` has
+returned it never reads or writes that descriptor again; the member table's columns are
+guarded by the table's own lock (taken inside the reactor's).
 """
 
 cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from libc.errno cimport EAGAIN, EINTR, errno  # EWOULDBLOCK is EAGAIN where epoll is
+from libc.errno cimport EAGAIN, EINTR, ENOMEM, errno  # EWOULDBLOCK is EAGAIN where epoll is
 from libc.math cimport INFINITY
-from libc.string cimport strerror
-from posix.unistd cimport close
+from libc.stdlib cimport realloc
+from libc.string cimport memset, strerror
+from posix.time cimport CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, timespec
+from posix.unistd cimport close, read, write
 
 from fastcoord.protocol import framing
 from fastcoord.protocol.errors import ProtocolError
@@ -39,6 +53,7 @@ cdef extern from "debug.h":
     int FASTCOORD_DEBUG
 
 include "epoll.pxi"
+include "table_core.pxi"
 
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t recv(int fd, void* buf, size_t n, int flags)
@@ -47,14 +62,43 @@ cdef extern from "<sys/socket.h>" nogil:
     enum:
         MSG_NOSIGNAL
 
+cdef extern from "<sys/eventfd.h>" nogil:
+    int eventfd(unsigned int initval, int flags)
+
+    enum:
+        EFD_CLOEXEC
+        EFD_NONBLOCK
+
+cdef extern from "<signal.h>" nogil:
+    ctypedef struct sigset_t:
+        pass
+    int sigfillset(sigset_t* s)
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef unsigned long pthread_t
+    int pthread_create(pthread_t* thread, void* attr, void* (*start)(void*) noexcept nogil,
+                       void* arg)
+    int pthread_join(pthread_t thread, void** result)
+    int pthread_sigmask(int how, const sigset_t* s, sigset_t* old)
+
+    enum:
+        SIG_BLOCK
+
 cdef object _decode_generic = framing.decode_request
 
 include "heartbeat.pxi"
 
 cdef enum:
     READ_CHUNK = 65536  # as much as a connection reads at a time
-    MAX_EVENTS = 256  # sockets a drain takes; the rest stay ready for the next
+    MAX_EVENTS = 256  # sockets a pass takes; the rest stay ready for the next
+    MAX_RUN = 64  # heartbeats the first step answers in one read; more go to drain
     ENDED_ = -1
+    # What a descriptor is to the reactor.
+    IDLE = 0  # not parked
+    ARMED = 1  # parked, armed for one event: the first step may serve it
+    QUEUED = 2  # parked, its read queued for drain: neither step touches it meanwhile
+
+cdef uint64_t STOP_KEY = 0xFFFFFFFFFFFFFFFFULL
 
 ENDED = ENDED_
 READ_SIZE = READ_CHUNK
@@ -64,99 +108,553 @@ cdef inline object _os_error(int err):
     return OSError(err, strerror(err).decode(errors="replace"))
 
 
+cdef struct Handed:
+    # A read (process: for drain to answer) or what a write did not take (not process).
+    int fd
+    uint32_t gen
+    int error
+    int more
+    int process
+    char* data
+    Py_ssize_t size
+
+
+cdef struct Span:
+    int version
+    int32_t correlation_id
+    int32_t generation
+    const char* group_id
+    Py_ssize_t group_size
+    const char* member_id
+    Py_ssize_t member_size
+    Py_ssize_t slot
+    int code
+
+
+cdef struct Loop:
+    # Everything the first step reads and writes: it runs without the GIL, so nothing here
+    # is a Python object. `mutex` guards all of it but the buffers, which only the step
+    # running (the thread, or drain without it) uses.
+    pthread_mutex_t mutex
+    int epfd
+    int wake_fd  # eventfd: reads wait for drain (the thread's)
+    int stop_fd  # eventfd: the thread stops
+    Py_ssize_t max_size  # socket.request.max.bytes
+    Py_ssize_t capacity  # entries of state, gen and moved
+    uint8_t* state  # fd -> IDLE, ARMED or QUEUED
+    uint32_t* gen  # fd -> parked how many times: events of an earlier park are stale
+    double* moved  # fd -> when bytes last moved on it while parked (Trio's clock)
+    Handed* queue
+    Py_ssize_t queued
+    Py_ssize_t queue_capacity
+    TableCore* table  # NULL: the first step answers nothing
+    bint threaded
+    double offset  # Trio's clock minus CLOCK_MONOTONIC, for the thread's stamps
+    double fixed_now  # without the thread: drain's `now` and `now_ms`
+    int64_t fixed_now_ms
+    int failed  # an errno the first step met (memory, epoll_wait): drain raises it
+    int64_t answered  # heartbeats the first step answered, not yet taken by take_stats
+    int64_t answered_ns
+    uint8_t* inbuf
+    char* outbuf
+    epoll_event* events
+    Span* spans
+
+
+cdef inline int64_t _ns(int clock) noexcept nogil:
+    cdef timespec ts
+    clock_gettime(clock, &ts)
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+cdef inline int _rearm(Loop* s, int fd) noexcept nogil:
+    # The mutex is held.
+    cdef epoll_event event
+    event.events = EPOLLIN | EPOLLONESHOT
+    event.data.u64 = <uint64_t>fd | (<uint64_t>s.gen[fd] << 32)
+    s.state[fd] = ARMED
+    return epoll_ctl(s.epfd, EPOLL_CTL_MOD, fd, &event)
+
+
+cdef inline void _queue(
+    Loop* s, int fd, int error, int more, int process, const char* data, Py_ssize_t size
+) noexcept nogil:
+    # The mutex is held. The descriptor is the Trio side's until drain has seen it.
+    cdef Handed* grown
+    cdef char* copy = NULL
+    if s.queued == s.queue_capacity:
+        grown = <Handed*>realloc(s.queue, (s.queue_capacity * 2 + 16) * sizeof(Handed))
+        if grown == NULL:
+            s.failed = ENOMEM
+            return
+        s.queue = grown
+        s.queue_capacity = s.queue_capacity * 2 + 16
+    if size > 0:
+        copy = <char*>malloc(size)
+        if copy == NULL:
+            s.failed = ENOMEM
+            return
+        memcpy(copy, data, size)
+    s.queue[s.queued].fd = fd
+    s.queue[s.queued].gen = s.gen[fd]
+    s.queue[s.queued].error = error
+    s.queue[s.queued].more = more
+    s.queue[s.queued].process = process
+    s.queue[s.queued].data = copy
+    s.queue[s.queued].size = size
+    s.queued += 1
+    s.state[fd] = QUEUED
+    cdef uint64_t one = 1
+    if s.queued == 1 and s.threaded:
+        write(s.wake_fd, &one, 8)
+
+
+cdef inline Py_ssize_t _uvarint(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end) noexcept nogil:
+    # Lengths and tag counts of a heartbeat fit in two varint bytes; -2 for anything else.
+    if pos[0] >= end:
+        return -2
+    cdef uint8_t b0 = p[pos[0]]
+    if b0 < 0x80:
+        pos[0] += 1
+        return b0
+    if pos[0] + 1 >= end or p[pos[0] + 1] >= 0x80:
+        return -2
+    pos[0] += 2
+    return (b0 & 0x7F) | (<Py_ssize_t>p[pos[0] - 1] << 7)
+
+
+cdef inline int32_t _int32(const uint8_t* q) noexcept nogil:
+    return <int32_t>((<uint32_t>q[0] << 24) | (<uint32_t>q[1] << 16) | (<uint32_t>q[2] << 8) | q[3])
+
+
+cdef inline int16_t _int16(const uint8_t* q) noexcept nogil:
+    return <int16_t>((q[0] << 8) | q[1])
+
+
+cdef bint parse_heartbeat(const uint8_t* p, Py_ssize_t size, Span* out) noexcept nogil:
+    """Whether the frame at p (after its size prefix) is a regular Heartbeat v0-4 of a
+    dynamic member with nothing after its message: its numbers and the spans of its ids in
+    `out`. Stricter than the codec (an ASCII client id, short varints): anything else goes to
+    drain, whose answer_run decides as the connection does."""
+    cdef Py_ssize_t pos = 8, n, i
+    if size < 8 or _int16(p) != HEARTBEAT:
+        return False
+    cdef int version = _int16(p + 2)
+    if version < 0 or version > MAX_VERSION:
+        return False
+    out.version = version
+    out.correlation_id = _int32(p + 4)
+    if pos + 2 > size:
+        return False
+    n = _int16(p + pos)
+    pos += 2
+    if n >= 0:
+        if n > size - pos:
+            return False
+        for i in range(pos, pos + n):
+            if p[i] >= 0x80:
+                return False
+        pos += n
+    elif n != -1:
+        return False
+    if version >= FIRST_FLEXIBLE:
+        if _uvarint(p, &pos, size) != 0:
+            return False
+        n = _uvarint(p, &pos, size) - 1
+        if n < 0 or n > size - pos:
+            return False
+        out.group_id = <const char*>p + pos
+        out.group_size = n
+        pos += n
+        if pos + 4 > size:
+            return False
+        out.generation = _int32(p + pos)
+        pos += 4
+        n = _uvarint(p, &pos, size) - 1
+        if n < 0 or n > size - pos:
+            return False
+        out.member_id = <const char*>p + pos
+        out.member_size = n
+        pos += n
+        if _uvarint(p, &pos, size) != 0:  # the instance id: null
+            return False
+        if _uvarint(p, &pos, size) != 0:  # tagged fields
+            return False
+    else:
+        if pos + 2 > size:
+            return False
+        n = _int16(p + pos)
+        pos += 2
+        if n < 0 or n > size - pos:
+            return False
+        out.group_id = <const char*>p + pos
+        out.group_size = n
+        pos += n
+        if pos + 6 > size:
+            return False
+        out.generation = _int32(p + pos)
+        n = _int16(p + pos + 4)
+        pos += 6
+        if n < 0 or n > size - pos:
+            return False
+        out.member_id = <const char*>p + pos
+        out.member_size = n
+        pos += n
+        if version >= 3:
+            if pos + 2 > size or _int16(p + pos) != -1:
+                return False
+            pos += 2
+    return pos == size
+
+
+cdef Py_ssize_t answer_lone(Loop* s, Py_ssize_t got, int64_t now_ms) noexcept nogil:
+    """The answers to the read in s.inbuf, written at s.outbuf, if it holds only regular
+    heartbeats the table answers alone: their size, else -1 (nothing changed: drain
+    decides). The table's lock is held across the lookups and the heartbeats, so that the
+    answers are those of one state of the table."""
+    cdef Py_ssize_t pos = 0, size, count = 0, i
+    cdef const uint8_t* p
+    cdef TableCore* t = s.table
+    while pos < got:
+        if got - pos < 4 or count == MAX_RUN:
+            return -1
+        p = s.inbuf + pos
+        size = _int32(p)
+        if size < 2 or size > s.max_size or size > got - pos - 4:
+            return -1
+        if not parse_heartbeat(p + 4, size, &s.spans[count]):
+            return -1
+        count += 1
+        pos += 4 + size
+    if count == 0:
+        return -1
+    pthread_mutex_lock(&t.lock)
+    for i in range(count):
+        s.spans[i].slot = core_find(
+            t, s.spans[i].group_id, s.spans[i].group_size, s.spans[i].member_id,
+            s.spans[i].member_size,
+        )
+        if s.spans[i].slot < 0:
+            pthread_mutex_unlock(&t.lock)
+            return -1
+        if core_heartbeat(t, s.spans[i].slot, s.spans[i].generation, now_ms, False) < 0:
+            pthread_mutex_unlock(&t.lock)
+            return -1
+    for i in range(count):
+        s.spans[i].code = core_heartbeat(t, s.spans[i].slot, s.spans[i].generation, now_ms, True)
+    pthread_mutex_unlock(&t.lock)
+    cdef char* q = s.outbuf
+    for i in range(count):
+        q = _write_response(q, s.spans[i].version, s.spans[i].correlation_id, 0,
+                            <int16_t>s.spans[i].code)
+    s.answered += count
+    return q - s.outbuf
+
+
+cdef void serve_fd(Loop* s, uint64_t key, int64_t now_ms, double now) noexcept nogil:
+    """The first step for one ready descriptor. The mutex is held."""
+    cdef int fd = <int>(key & <uint64_t>0xFFFFFFFFU)
+    cdef int err
+    cdef ssize_t got, sent, written = -1
+    if fd >= s.capacity or s.state[fd] != ARMED or s.gen[fd] != <uint32_t>(key >> 32):
+        return  # removed, or parked again since the event (it is armed afresh)
+    got = recv(fd, s.inbuf, READ_CHUNK, 0)
+    if got < 0:
+        err = errno
+        if err == EAGAIN or err == EINTR:
+            _rearm(s, fd)
+        else:
+            _queue(s, fd, err, False, False, NULL, 0)
+        return
+    if got == 0:
+        _queue(s, fd, ENDED_, False, False, NULL, 0)
+        return
+    if s.table != NULL:
+        written = answer_lone(s, got, now_ms)
+    if written < 0:
+        _queue(s, fd, 0, got == READ_CHUNK, True, <const char*>s.inbuf, got)
+        return
+    sent = send(fd, s.outbuf, written, MSG_NOSIGNAL)
+    if sent == written:
+        s.moved[fd] = now
+        _rearm(s, fd)
+        return
+    err = 0
+    if sent < 0:
+        err = errno
+        sent = 0
+        if err == EAGAIN or err == EINTR:
+            err = 0
+    # The client is not reading (or has gone): the answers go to its connection, whose
+    # writer waits for the socket.
+    _queue(s, fd, err, got == READ_CHUNK, False, s.outbuf + sent, written - sent)
+
+
+cdef int serve_ready(Loop* s, int timeout) noexcept nogil:
+    """One pass of the first step: the ready descriptors (waiting up to `timeout` ms for
+    one); -1 when told to stop, else 0."""
+    cdef int ready = epoll_wait(s.epfd, s.events, MAX_EVENTS, timeout)
+    cdef int i
+    cdef uint64_t key
+    cdef int64_t now_ms, started, answered
+    cdef double now
+    if ready < 0:
+        if errno != EINTR:
+            pthread_mutex_lock(&s.mutex)
+            s.failed = errno
+            pthread_mutex_unlock(&s.mutex)
+            return -1
+        return 0
+    for i in range(ready):
+        key = s.events[i].data.u64
+        if key == STOP_KEY:
+            return -1
+        pthread_mutex_lock(&s.mutex)
+        if s.threaded:
+            started = _ns(CLOCK_MONOTONIC)
+            now_ms = _ns(CLOCK_REALTIME) // 1000000  # the server's clock (app.now_ms)
+            now = s.offset + started * 1e-9
+        else:
+            now_ms = s.fixed_now_ms
+            now = s.fixed_now
+        answered = s.answered
+        serve_fd(s, key, now_ms, now)
+        if s.threaded and s.answered != answered:
+            s.answered_ns += _ns(CLOCK_MONOTONIC) - started
+        pthread_mutex_unlock(&s.mutex)
+    return 0
+
+
+cdef void* run_thread(void* arg) noexcept nogil:
+    cdef Loop* s = <Loop*>arg
+    cdef sigset_t signals
+    sigfillset(&signals)
+    pthread_sigmask(SIG_BLOCK, &signals, NULL)  # signals are the main thread's
+    cdef uint64_t one = 1
+    while serve_ready(s, -1) == 0:
+        pass
+    pthread_mutex_lock(&s.mutex)
+    if s.failed:
+        write(s.wake_fd, &one, 8)  # drain raises it
+    pthread_mutex_unlock(&s.mutex)
+    return NULL
+
+
 @cython.final
 cdef class Reactor:
-    cdef int _epfd
-    cdef Py_ssize_t _max_size  # socket.request.max.bytes
+    cdef Loop* _s
     cdef list _parked  # fd -> the connection parked on it, or None
-    cdef double* _moved  # fd -> when bytes last moved on it while parked (Trio's clock)
-    cdef Py_ssize_t _capacity  # len(self._parked), and the entries of self._moved
     cdef Py_ssize_t _count  # connections parked
-    cdef uint8_t* _in
-    cdef char* _out
-    cdef epoll_event* _events
+    cdef object _table  # the table the first step answers from (kept alive), or None
+    cdef bint _running  # the thread runs
+    cdef pthread_t _thread
+    cdef char* _out  # drain's answers
 
     def __cinit__(self, Py_ssize_t max_size):
-        self._epfd = -1
-        self._max_size = max_size
         self._parked = []
-        self._in = <uint8_t*>PyMem_Malloc(READ_CHUNK)
-        self._out = <char*>PyMem_Malloc(READ_CHUNK + MAX_RESPONSE)
-        self._events = <epoll_event*>PyMem_Malloc(MAX_EVENTS * sizeof(epoll_event))
-        if self._in == NULL or self._out == NULL or self._events == NULL:
+        self._s = <Loop*>calloc(1, sizeof(Loop))
+        if self._s == NULL:
             raise MemoryError()
-        self._epfd = epoll_create1(EPOLL_CLOEXEC)
-        if self._epfd < 0:
+        cdef Loop* s = self._s
+        pthread_mutex_init(&s.mutex, NULL)
+        s.epfd = s.wake_fd = s.stop_fd = -1
+        s.max_size = max_size
+        s.inbuf = <uint8_t*>PyMem_Malloc(READ_CHUNK)
+        s.outbuf = <char*>PyMem_Malloc(READ_CHUNK + MAX_RESPONSE)
+        s.events = <epoll_event*>PyMem_Malloc(MAX_EVENTS * sizeof(epoll_event))
+        s.spans = <Span*>PyMem_Malloc(MAX_RUN * sizeof(Span))
+        self._out = <char*>PyMem_Malloc(READ_CHUNK + MAX_RESPONSE)
+        if s.inbuf == NULL or s.outbuf == NULL or s.events == NULL or s.spans == NULL or self._out == NULL:
+            raise MemoryError()
+        s.epfd = epoll_create1(EPOLL_CLOEXEC)
+        if s.epfd < 0:
+            raise _os_error(errno)
+        s.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
+        if s.wake_fd < 0:
             raise _os_error(errno)
 
     def __dealloc__(self):
-        if self._epfd >= 0:
-            close(self._epfd)
-        PyMem_Free(self._in)
+        if self._s == NULL:
+            return
+        self._stop()
+        cdef Loop* s = self._s
+        cdef Py_ssize_t i
+        for fd in (s.epfd, s.wake_fd, s.stop_fd):
+            if fd >= 0:
+                close(fd)
+        for i in range(s.queued):
+            free(s.queue[i].data)
+        free(s.queue)
+        PyMem_Free(s.inbuf)
+        PyMem_Free(s.outbuf)
+        PyMem_Free(s.events)
+        PyMem_Free(s.spans)
         PyMem_Free(self._out)
-        PyMem_Free(self._events)
-        PyMem_Free(self._moved)
+        PyMem_Free(s.state)
+        PyMem_Free(s.gen)
+        PyMem_Free(s.moved)
+        pthread_mutex_destroy(&s.mutex)
+        free(s)
 
     def fileno(self):
-        """The epoll descriptor: readable when a parked socket is."""
-        if self._epfd < 0:
+        """Readable when drain has work: the epoll descriptor, or with the thread its eventfd."""
+        if self._s.epfd < 0:
             raise ValueError("the reactor is closed")
-        return self._epfd
+        return self._s.wake_fd if self._running else self._s.epfd
 
     def __len__(self):
         return self._count
 
+    @property
+    def threaded(self):
+        """Whether the thread serves the parked sockets (see start)."""
+        return self._running
+
+    def start(self, table, double offset):
+        """Serve the parked sockets from a thread of the reactor's own, answering from
+        `table` (see serve); `offset` is Trio's clock minus time.monotonic(), for the times
+        bytes move. fileno() is then the eventfd drain waits on."""
+        cdef Loop* s = self._s
+        if s.epfd < 0:
+            raise ValueError("the reactor is closed")
+        if self._running:
+            raise ValueError("the reactor's thread runs already")
+        self.serve(table)
+        s.stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
+        if s.stop_fd < 0:
+            raise _os_error(errno)
+        cdef epoll_event event
+        event.events = EPOLLIN
+        event.data.u64 = STOP_KEY
+        if epoll_ctl(s.epfd, EPOLL_CTL_ADD, s.stop_fd, &event) < 0:
+            raise _os_error(errno)
+        s.offset = offset
+        s.threaded = True
+        cdef int err = pthread_create(&self._thread, NULL, run_thread, <void*>s)
+        if err:
+            s.threaded = False
+            raise _os_error(err)
+        self._running = True
+
+    cdef void _stop(self) noexcept:
+        cdef uint64_t one = 1
+        if not self._running:
+            return
+        write(self._s.stop_fd, &one, 8)
+        with nogil:
+            pthread_join(self._thread, NULL)
+        self._running = False
+        self._s.threaded = False
+
+    def serve(self, table):
+        """The member table the first step answers from, or None (it then answers nothing
+        and every read goes to drain): what Server.heartbeat_table() says, given again each
+        time it may have changed. A table without C columns (the twin) answers in drain."""
+        cdef size_t address = 0
+        if table is not None:
+            core = getattr(table, "_core_address", None)
+            if core is not None:
+                address = core()
+        pthread_mutex_lock(&self._s.mutex)
+        self._s.table = <TableCore*>address
+        pthread_mutex_unlock(&self._s.mutex)
+        self._table = table  # after the thread lets go of the table before it
+
+    def take_stats(self):
+        """(heartbeats answered by the thread, ns it took them) since the last call."""
+        pthread_mutex_lock(&self._s.mutex)
+        answered, ns = self._s.answered, self._s.answered_ns
+        self._s.answered = self._s.answered_ns = 0
+        pthread_mutex_unlock(&self._s.mutex)
+        return answered, ns
+
     def close(self):
-        """Close the descriptor. Sockets still parked are forgotten, not closed."""
-        if self._epfd >= 0:
-            close(self._epfd)
-            self._epfd = -1
-        for fd in range(self._capacity):
+        """Stop the thread and close the descriptors. Sockets still parked are forgotten,
+        not closed."""
+        self._stop()
+        cdef Loop* s = self._s
+        pthread_mutex_lock(&s.mutex)
+        for fd in (s.epfd, s.wake_fd, s.stop_fd):
+            if fd >= 0:
+                close(fd)
+        s.epfd = s.wake_fd = s.stop_fd = -1
+        for fd in range(s.capacity):
+            s.state[fd] = IDLE
             self._parked[fd] = None
+        pthread_mutex_unlock(&s.mutex)
         self._count = 0
 
     cdef int _grow(self, Py_ssize_t fd) except -1:
-        cdef Py_ssize_t capacity = max(64, self._capacity)
+        # The mutex is held.
+        cdef Loop* s = self._s
+        cdef Py_ssize_t capacity = max(64, s.capacity)
         while capacity <= fd:
             capacity *= 2
-        cdef double* moved = <double*>PyMem_Realloc(self._moved, capacity * sizeof(double))
+        cdef double* moved = <double*>PyMem_Realloc(s.moved, capacity * sizeof(double))
         if moved == NULL:
             raise MemoryError()
-        self._moved = moved
-        self._parked.extend([None] * (capacity - self._capacity))
-        self._capacity = capacity
+        s.moved = moved
+        cdef uint8_t* state = <uint8_t*>PyMem_Realloc(s.state, capacity)
+        if state == NULL:
+            raise MemoryError()
+        s.state = state
+        cdef uint32_t* gen = <uint32_t*>PyMem_Realloc(s.gen, capacity * sizeof(uint32_t))
+        if gen == NULL:
+            raise MemoryError()
+        s.gen = gen
+        memset(s.state + s.capacity, 0, capacity - s.capacity)
+        memset(s.gen + s.capacity, 0, (capacity - s.capacity) * sizeof(uint32_t))
+        self._parked.extend([None] * (capacity - s.capacity))
+        s.capacity = capacity
         return 0
 
     def add(self, int fd, conn not None):
         """Park `conn` on its socket `fd` (non-blocking): its reads are ours until handed back."""
-        if self._epfd < 0:
+        cdef Loop* s = self._s
+        if s.epfd < 0:
             raise ValueError("the reactor is closed")
         if fd < 0:
             raise ValueError(f"bad descriptor {fd}")
-        if fd >= self._capacity:
-            self._grow(fd)
-        if self._parked[fd] is not None:
+        if fd < s.capacity and self._parked[fd] is not None:
             raise ValueError(f"descriptor {fd} is parked already")
         cdef epoll_event event
-        event.events = EPOLLIN
-        event.data.u64 = <uint64_t>fd
-        if epoll_ctl(self._epfd, EPOLL_CTL_ADD, fd, &event) < 0:
-            raise _os_error(errno)
+        cdef int err = 0
+        pthread_mutex_lock(&s.mutex)
+        try:
+            if fd >= s.capacity:
+                self._grow(fd)
+            s.gen[fd] += 1
+            event.events = EPOLLIN | EPOLLONESHOT
+            event.data.u64 = <uint64_t>fd | (<uint64_t>s.gen[fd] << 32)
+            if epoll_ctl(s.epfd, EPOLL_CTL_ADD, fd, &event) < 0:
+                err = errno
+            else:
+                s.state[fd] = ARMED
+                s.moved[fd] = -INFINITY
+        finally:
+            pthread_mutex_unlock(&s.mutex)
+        if err:
+            raise _os_error(err)
         self._parked[fd] = conn
-        self._moved[fd] = -INFINITY
         self._count += 1
 
     def remove(self, int fd):
         """Take `fd` off the descriptor (nothing if it is not parked); returns when bytes
-        last moved on it while it was parked, or -inf."""
-        if fd < 0 or fd >= self._capacity or self._parked[fd] is None:
+        last moved on it while it was parked, or -inf. Once it returns, the thread never
+        touches `fd` again."""
+        cdef Loop* s = self._s
+        if fd < 0 or fd >= s.capacity or self._parked[fd] is None:
             return -INFINITY
         self._forget(fd)
-        return self._moved[fd]
+        return s.moved[fd]
 
     cdef inline void _forget(self, int fd) noexcept:
+        cdef Loop* s = self._s
+        pthread_mutex_lock(&s.mutex)
+        s.state[fd] = IDLE
         # Failure means the registration is gone already (the socket closed behind us).
-        epoll_ctl(self._epfd, EPOLL_CTL_DEL, fd, NULL)
+        epoll_ctl(s.epfd, EPOLL_CTL_DEL, fd, NULL)
+        pthread_mutex_unlock(&s.mutex)
         self._parked[fd] = None
         self._count -= 1
 
@@ -167,46 +665,85 @@ cdef class Reactor:
         self._forget(fd)
         handed.append((conn, answers, rest, more, error, trailing))
 
-    def drain(self, table, int64_t now_ms, double now):
-        """Serve the parked sockets that are ready; returns the hand-overs (see the module's
-        docstring). `table` is the member table when it may answer heartbeats alone, else
-        None (every read is then handed over); `now_ms` is the coordinator's clock, `now`
-        Trio's, stamped on each socket served here as the time bytes last moved."""
-        if self._epfd < 0:
+    def serve_ready(self, table, int64_t now_ms, double now):
+        """One pass of the first step on the calling thread (without the thread; for drain
+        and the performance gate): the ready sockets' lone heartbeats answered from `table`,
+        the rest queued for drain. Returns the heartbeats answered."""
+        cdef Loop* s = self._s
+        if s.epfd < 0:
             raise ValueError("the reactor is closed")
-        cdef int ready = epoll_wait(self._epfd, self._events, MAX_EVENTS, 0)
-        if ready < 0:
-            if errno == EINTR:
-                return []
-            raise _os_error(errno)
+        if self._running:
+            raise ValueError("the reactor's thread serves the sockets")
+        self.serve(table)
+        s.fixed_now_ms = now_ms
+        s.fixed_now = now
+        cdef int64_t answered = s.answered
+        with nogil:
+            serve_ready(s, 0)
+        answered = s.answered - answered
+        s.answered = 0
+        return answered
+
+    def drain(self, table, int64_t now_ms, double now):
+        """Serve the reads that wait (without the thread: the parked sockets that are ready
+        first); returns the hand-overs (see the module's docstring). `table` is the member
+        table when it may answer heartbeats alone, else None (every read is then handed
+        over); `now_ms` is the coordinator's clock, `now` Trio's, stamped on each socket
+        served here as the time bytes last moved."""
+        cdef Loop* s = self._s
+        if s.epfd < 0:
+            raise ValueError("the reactor is closed")
+        cdef uint64_t count
+        if self._running:
+            self.serve(table)
+            read(s.wake_fd, &count, 8)  # before the queue is taken: a later read wakes us
+        else:
+            self.serve_ready(table, now_ms, now)
+        pthread_mutex_lock(&s.mutex)
+        cdef Handed* queue = s.queue
+        cdef Py_ssize_t queued = s.queued
+        cdef int failed = s.failed
+        s.queue = NULL
+        s.queued = s.queue_capacity = 0
+        s.failed = 0
+        pthread_mutex_unlock(&s.mutex)
+        try:
+            if failed:
+                raise _os_error(failed)
+            return self._handle(queue, queued, table, now_ms, now)
+        finally:
+            for i in range(queued):
+                free(queue[i].data)
+            free(queue)
+
+    cdef list _handle(self, Handed* queue, Py_ssize_t queued, table, int64_t now_ms, double now):
+        cdef Loop* s = self._s
         cdef list handed = []
         cdef list trailing = []
-        cdef int i, fd, err
+        cdef int fd, err
         cdef ssize_t got, sent
-        cdef Py_ssize_t pos, written, count
-        for i in range(ready):
-            fd = <int>self._events[i].data.u64
-            if fd >= self._capacity:
-                continue
+        cdef Py_ssize_t pos, written, count, i
+        cdef const uint8_t* data
+        for i in range(queued):
+            fd = queue[i].fd
+            if fd >= s.capacity or s.state[fd] != QUEUED or s.gen[fd] != queue[i].gen:
+                continue  # removed since (a cancelled park)
             conn = self._parked[fd]
-            if conn is None:
+            if not queue[i].process:
+                self._hand(
+                    handed, fd, conn, PyBytes_FromStringAndSize(queue[i].data, queue[i].size),
+                    b"", queue[i].more, queue[i].error, None,
+                )
                 continue
-            got = recv(fd, self._in, READ_CHUNK, 0)
-            if got < 0:
-                err = errno
-                if err != EAGAIN and err != EINTR:
-                    self._hand(handed, fd, conn, b"", b"", False, err, None)
-                continue
-            if got == 0:
-                self._hand(handed, fd, conn, b"", b"", False, ENDED_, None)
-                continue
+            data = <const uint8_t*>queue[i].data
+            got = queue[i].size
             written = 0
             count = 0
             pos = 0
             if table is not None:
                 try:
                     pos = answer_run(
-                        self._in, 0, got, self._max_size, table, now_ms, self._out,
+                        data, 0, got, s.max_size, table, now_ms, self._out,
                         READ_CHUNK + MAX_RESPONSE, &written, &count, trailing,
                         getattr(conn, "client_host", ""),
                     )
@@ -218,15 +755,18 @@ cdef class Reactor:
             if pos < got or trailing:
                 self._hand(
                     handed, fd, conn, PyBytes_FromStringAndSize(self._out, written),
-                    PyBytes_FromStringAndSize(<char*>self._in + pos, got - pos),
-                    got == READ_CHUNK, 0, trailing if trailing else None,
+                    PyBytes_FromStringAndSize(<const char*>data + pos, got - pos),
+                    queue[i].more, 0, trailing if trailing else None,
                 )
                 if trailing:
                     trailing = []
                 continue
             sent = send(fd, self._out, written, MSG_NOSIGNAL)
             if sent == written:
-                self._moved[fd] = now
+                pthread_mutex_lock(&s.mutex)
+                s.moved[fd] = now
+                _rearm(s, fd)
+                pthread_mutex_unlock(&s.mutex)
                 continue
             err = 0
             if sent < 0:
@@ -234,10 +774,8 @@ cdef class Reactor:
                 sent = 0
                 if err == EAGAIN or err == EINTR:
                     err = 0
-            # The client is not reading (or has gone): the answers go to its connection,
-            # whose writer waits for the socket.
             self._hand(
                 handed, fd, conn, PyBytes_FromStringAndSize(self._out + sent, written - sent),
-                b"", got == READ_CHUNK, err, None,
+                b"", queue[i].more, err, None,
             )
         return handed
