@@ -449,6 +449,7 @@ cdef class Reactor:
     cdef bint _running  # the thread runs
     cdef pthread_t _thread
     cdef char* _out  # drain's answers
+    cdef public Py_ssize_t drained  # heartbeats the last drain answered itself (answer_run)
 
     def __cinit__(self, Py_ssize_t max_size):
         self._parked = []
@@ -724,6 +725,7 @@ cdef class Reactor:
         cdef ssize_t got, sent
         cdef Py_ssize_t pos, written, count, i
         cdef const uint8_t* data
+        self.drained = 0
         for i in range(queued):
             fd = queue[i].fd
             if fd >= s.capacity or s.state[fd] != QUEUED or s.gen[fd] != queue[i].gen:
@@ -750,8 +752,9 @@ cdef class Reactor:
                 except Exception:
                     # A bug: the connection handles the read itself, meets it again, and
                     # is closed with its traceback; the other parked sockets are served.
-                    pos = written = 0
+                    pos = written = count = 0
                     del trailing[:]
+            self.drained += count
             if pos < got or trailing:
                 self._hand(
                     handed, fd, conn, PyBytes_FromStringAndSize(self._out, written),

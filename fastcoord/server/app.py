@@ -138,6 +138,7 @@ class Server:
         self._to_write: list[Connection] = []
         self.metrics = Metrics()
         self.injector = FaultInjector(self)
+        self.injector.changed = self.parking.refresh
         self.faults = self.injector.faults
         # ACLs (authorizer.class.name): every request is checked before anything else sees
         # it. None when they are off, and then dispatch pays one comparison for them.
@@ -187,6 +188,7 @@ class Server:
         return self.coordinator.heartbeat_answers()
 
     def fast_path_answers(self) -> tuple[int, int]:
+        self.parking.collect()  # the reactor thread's answers, into the handling histogram
         table = self.coordinator.table
         return sum(table.heartbeat_answers().values()), table.consumer_heartbeat_answers()
 
@@ -445,6 +447,7 @@ class Server:
         co = self.coordinator
         partitions = sorted(self.cluster.owned)  # each node loads only its own
         co.loading_partitions.update(partitions)
+        self.parking.refresh()
         started = time.monotonic()
         total = 0
         sizes = await trio.to_thread.run_sync(self.store.log_bytes)
@@ -464,6 +467,7 @@ class Server:
                 progress.partition_done(len(partitions) - len(co.loading_partitions) + 1)
                 total += len(records)
                 co.loading_partitions.discard(partition)
+                self.parking.refresh()
                 self.store.loaded(partition)
         self._timers_changed.set()  # loaded members' sessions have started
         groups = co.groups.values()
@@ -546,6 +550,7 @@ class Server:
             while appender is not None and appender.pending:
                 await trio.sleep(0.005)  # commits on their way to disk: answer them first
         self.apply(self.coordinator.shutdown(now_ms()))
+        self.parking.refresh()
         self.injector.clear()  # paused requests are handled (and refused by the core)
         while self._later:  # Fetches get their empty answers, delayed requests theirs
             key, fn = self._later.popitem()

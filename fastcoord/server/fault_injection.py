@@ -83,12 +83,16 @@ class FaultInjector:
         self.faults = FaultSet()
         self._random = random.Random(seed)
         self._logged: dict[int, tuple[int, int]] = {}  # fault id -> (last line at, met since)
+        # Called when the rules in force change (the server's reactor thread must know at
+        # once whether heartbeats may skip dispatch).
+        self.changed: Callable[[], None] = lambda: None
 
     # -- the rules ----------------------------------------------------------------------
 
     def add(self, rule: FaultRule) -> Fault:
         now = self.host.now_ms()
         fault = self.faults.add(rule, now)
+        self.changed()
         log.warning("fault rule added: %s", self._span(fault))
         self._watch(now)
         return fault
@@ -98,6 +102,7 @@ class FaultInjector:
         fault = self.faults.get(fault_id)
         over = fault is not None and fault.state(now) == "ended"
         self.faults.remove(fault_id, now)
+        self.changed()
         if fault is not None:
             self._ended(fault, "deleted", quiet=over)
         return fault
@@ -106,6 +111,7 @@ class FaultInjector:
         now = self.host.now_ms()
         over = {f.id for f in self.faults if f.state(now) == "ended"}
         faults = self.faults.clear(now)
+        self.changed()
         for fault in faults:
             self._ended(fault, "deleted", quiet=fault.id in over)
         return faults
@@ -130,6 +136,7 @@ class FaultInjector:
     def _changed(self) -> None:
         now = self.host.now_ms()
         self.faults.refresh(now)
+        self.changed()
         for fault in self.faults:
             if fault.ends_ms is not None and fault.ends_ms <= now and fault.id in self._logged:
                 self._ended(fault, "its time is up")

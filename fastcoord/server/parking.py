@@ -21,10 +21,12 @@ reactor before the task goes on.
 from __future__ import annotations
 
 import logging
-from time import perf_counter_ns
+import math
+from time import perf_counter, perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 import trio
+import trio.testing
 
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.server.native import reactor as native
@@ -37,6 +39,11 @@ log = logging.getLogger("fastcoord.server")
 HEARTBEAT = int(ApiKey.HEARTBEAT)
 
 
+# How often the thread's counts reach the metrics when nothing else wakes the Trio side (a
+# scrape collects them first: see Server.fast_path_answers).
+STATS_INTERVAL_S = 1.0
+
+
 class Parking:
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
@@ -47,17 +54,42 @@ class Parking:
     def __len__(self) -> int:
         return len(self._tasks)
 
+    def refresh(self) -> None:
+        """What heartbeat_table() says may have changed (a fault rule, loading, shutdown):
+        tell the reactor's thread at once, before it answers another heartbeat."""
+        reactor = self.reactor
+        if reactor is not None:
+            reactor.serve(self.dispatcher.heartbeat_table())
+
+    def collect(self) -> None:
+        """Count the heartbeats the reactor's thread answered in the metrics."""
+        reactor = self.reactor
+        if reactor is not None:
+            answered, ns = reactor.take_stats()
+            self.dispatcher.metrics.table_answered(answered, 0, ns)
+
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve parked connections until cancelled. A bug met here is logged, and the
-        connections carry on without the reactor."""
+        connections carry on without the reactor.
+
+        Under Trio's own clock the reactor's thread serves the parked sockets, and this task
+        wakes only for the reads it hands over. Under a virtual clock (tests) it does not:
+        the clock could not see the thread's work, and would jump past it; `drain` then
+        serves the sockets itself when they are readable."""
         server = self.dispatcher
         reactor = native.Reactor(server.config.socket_request_max_bytes)
+        if not isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock):
+            # Trio's clock is time.perf_counter() plus an offset; the thread reads the same
+            # clock (CLOCK_MONOTONIC) and stamps when bytes move in Trio's terms.
+            reactor.start(server.heartbeat_table(), trio.current_time() - perf_counter())
+        threaded = reactor.threaded
         fd = reactor.fileno()
         self.reactor = reactor
         task_status.started()
         try:
             while True:
-                await trio.lowlevel.wait_readable(fd)
+                with trio.move_on_after(STATS_INTERVAL_S if threaded else math.inf):
+                    await trio.lowlevel.wait_readable(fd)
                 table = server.heartbeat_table()
                 if table is not None:
                     before = table.heartbeat_answers()
@@ -67,10 +99,18 @@ class Parking:
                 if table is not None:
                     # The drain's time, shared by the heartbeats it answered (its reads and
                     # writes included: on this path they are most of a heartbeat's cost).
+                    # With the thread, only this drain's: the thread counts its own.
                     elapsed = perf_counter_ns() - started
                     consumer = table.consumer_heartbeat_answers() - consumer
-                    answered = sum(table.heartbeat_answers().values()) - sum(before.values())
+                    if threaded:
+                        answered, ns = reactor.take_stats()
+                        answered += reactor.drained - consumer
+                        elapsed += ns
+                    else:
+                        answered = sum(table.heartbeat_answers().values()) - sum(before.values())
                     server.metrics.table_answered(answered + consumer, consumer, elapsed)
+                elif threaded:
+                    self.collect()
                 for item in handed:
                     conn = item[0]
                     conn.handover = item
@@ -78,6 +118,7 @@ class Parking:
         except Exception:
             log.exception("the reactor failed: parked connections fall back to Trio from now on")
         finally:
+            self.collect()
             self.reactor = None
             for conn, task in self._tasks.items():
                 conn.moved_at(reactor.remove(conn.fd))

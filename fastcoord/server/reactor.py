@@ -5,6 +5,8 @@ answers a read of heartbeats that the member table answers alone with one write,
 the socket back to its connection with what it read. The contract is in the compiled
 module's docstring; this twin gives the reference hand-overs, built from select.epoll and
 the twin of answer_heartbeats, and differential tests check that both give the same.
+It runs no thread: `start` leaves `drain` to serve the sockets, as the compiled module does
+before its `start` (the Trio side then waits on `fileno()`, the epoll descriptor, and drains).
 """
 
 from __future__ import annotations
@@ -34,6 +36,23 @@ class Reactor:
         self._epoll: select.epoll | None = select.epoll()
         self._parked: dict[int, Any] = {}  # fd -> the connection parked on it
         self._moved: dict[int, float] = {}  # fd -> when bytes last moved while parked
+        self.drained = 0  # heartbeats the last drain answered
+
+    @property
+    def threaded(self) -> bool:
+        """Whether a thread serves the parked sockets: never here."""
+        return False
+
+    def start(self, table: HeartbeatTable | None, offset: float) -> None:
+        """The compiled module starts its thread here; the twin leaves the work to drain."""
+        self._open()
+
+    def serve(self, table: HeartbeatTable | None) -> None:
+        """The table the thread answers from: drain is given it each time here."""
+
+    def take_stats(self) -> tuple[int, int]:
+        """(heartbeats the thread answered, ns): none without a thread."""
+        return 0, 0
 
     def fileno(self) -> int:
         """The epoll descriptor: readable when a parked socket is."""
@@ -98,6 +117,7 @@ class Reactor:
     def drain(self, table: HeartbeatTable | None, now_ms: int, now: float) -> list[Handover]:
         """Serve the parked sockets that are ready; returns the hand-overs."""
         handed: list[Handover] = []
+        self.drained = 0
         try:
             events = self._open().poll(0, MAX_EVENTS)
         except InterruptedError:
@@ -120,13 +140,14 @@ class Reactor:
             if table is not None:
                 try:
                     host = getattr(self._parked[fd], "client_host", "")
-                    pos, _ = hot_frames.answer_heartbeats(
+                    pos, answered = hot_frames.answer_heartbeats(
                         buf, 0, self._max_size, table, now_ms, out, trailing, host
                     )
                 except Exception:
                     # A bug: the connection handles the read itself, meets it again, and
                     # is closed with its traceback; the other parked sockets are served.
-                    pos, out, trailing = 0, bytearray(), []
+                    pos, out, trailing, answered = 0, bytearray(), [], 0
+                self.drained += answered
             more = len(data) == READ_SIZE
             if pos < len(data) or trailing:
                 self._hand(handed, fd, bytes(out), data[pos:], more, 0, trailing or None)

@@ -508,17 +508,23 @@ def test_parking_over_a_dispatcher_of_its_own() -> None:
 
             nursery.start_soon(park)
             await trio.testing.wait_all_tasks_blocked()
-            # A lone heartbeat: answered on the reactor by the dispatcher's table and
-            # counted in its metrics; the connection stays parked.
+            # A lone heartbeat: answered on the reactor's thread by the dispatcher's table
+            # and counted in its metrics (collected as a scrape does); the connection stays
+            # parked.
+            assert parking.reactor.threaded == hasattr(parking.reactor, "serve_ready")
             await client.send(client.frame(HeartbeatRequest(GROUP, 1, "m", None), 3))
             assert (await client.receive()).error_code == 0
             assert dispatcher.table.heartbeat_answers()[0] == 1
+            parking.collect()
             assert dispatcher.metrics.handling[HEARTBEAT] is not None
             assert len(parking) == 1 and not parked
-            # Anything else goes back to its connection with the bytes read.
+            # Anything else goes back to its connection with the bytes read (the thread
+            # hands it to the Trio side: waited for, with a bound).
             request = client.frame(ApiVersionsRequest(), 0)
             await client.send(request)
-            await trio.testing.wait_all_tasks_blocked()
+            with trio.fail_after(10):
+                while not parked:
+                    await trio.sleep(0.001)
             assert parked == [True] and len(parking) == 0
             assert conn.handover == (conn, b"", request, False, 0, None)
             # Parked again when the reactor stops: handed back with nothing.
