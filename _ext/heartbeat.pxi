@@ -168,6 +168,8 @@ cdef tuple _parse_consumer_heartbeat(Cursor* c, Consumer* numbers):
     return (client_id, group_id, member_id)
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline void _put32(char* q, int32_t v) noexcept nogil:
     q[0] = <char>((v >> 24) & 0xFF)
     q[1] = <char>((v >> 16) & 0xFF)
@@ -175,11 +177,15 @@ cdef inline void _put32(char* q, int32_t v) noexcept nogil:
     q[3] = <char>(v & 0xFF)
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline void _put16(char* q, int16_t v) noexcept nogil:
     q[0] = <char>((v >> 8) & 0xFF)
     q[1] = <char>(v & 0xFF)
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline Py_ssize_t _response_size(int version) noexcept nogil:
     """The size field of a Heartbeat response: header and body, without the prefix."""
     cdef Py_ssize_t size = 4 + 2  # correlation id, error code
@@ -190,6 +196,8 @@ cdef inline Py_ssize_t _response_size(int version) noexcept nogil:
     return size
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline char* _write_response(
     char* q, int version, int32_t correlation_id, int32_t throttle, int16_t error
 ) noexcept nogil:

@@ -161,12 +161,16 @@ cdef struct Loop:
     Span* spans
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline int64_t _ns(int clock) noexcept nogil:
     cdef timespec ts
     clock_gettime(clock, &ts)
     return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline int _rearm(Loop* s, int fd) noexcept nogil:
     # The mutex is held.
     cdef epoll_event event
@@ -176,6 +180,8 @@ cdef inline int _rearm(Loop* s, int fd) noexcept nogil:
     return epoll_ctl(s.epfd, EPOLL_CTL_MOD, fd, &event)
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline void _queue(
     Loop* s, int fd, int error, int more, int process, const char* data, Py_ssize_t size
 ) noexcept nogil:
@@ -209,6 +215,8 @@ cdef inline void _queue(
         write(s.wake_fd, &one, 8)
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline Py_ssize_t _uvarint(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end) noexcept nogil:
     # Lengths and tag counts of a heartbeat fit in two varint bytes; -2 for anything else.
     if pos[0] >= end:
@@ -223,14 +231,20 @@ cdef inline Py_ssize_t _uvarint(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t en
     return (b0 & 0x7F) | (<Py_ssize_t>p[pos[0] - 1] << 7)
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline int32_t _int32(const uint8_t* q) noexcept nogil:
     return <int32_t>((<uint32_t>q[0] << 24) | (<uint32_t>q[1] << 16) | (<uint32_t>q[2] << 8) | q[3])
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline int16_t _int16(const uint8_t* q) noexcept nogil:
     return <int16_t>((q[0] << 8) | q[1])
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef bint parse_heartbeat(const uint8_t* p, Py_ssize_t size, Span* out) noexcept nogil:
     """Whether the frame at p (after its size prefix) is a regular Heartbeat v0-4 of a
     dynamic member with nothing after its message: its numbers and the spans of its ids in
@@ -307,6 +321,8 @@ cdef bint parse_heartbeat(const uint8_t* p, Py_ssize_t size, Span* out) noexcept
     return pos == size
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef Py_ssize_t answer_lone(Loop* s, Py_ssize_t got, int64_t now_ms) noexcept nogil:
     """The answers to the read in s.inbuf, written at s.outbuf, if it holds only regular
     heartbeats the table answers alone: their size, else -1 (nothing changed: drain
@@ -351,6 +367,8 @@ cdef Py_ssize_t answer_lone(Loop* s, Py_ssize_t got, int64_t now_ms) noexcept no
     return q - s.outbuf
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef void serve_fd(Loop* s, uint64_t key, int64_t now_ms, double now) noexcept nogil:
     """The first step for one ready descriptor. The mutex is held."""
     cdef int fd = <int>(key & <uint64_t>0xFFFFFFFFU)
@@ -390,6 +408,8 @@ cdef void serve_fd(Loop* s, uint64_t key, int64_t now_ms, double now) noexcept n
     _queue(s, fd, err, got == READ_CHUNK, False, s.outbuf + sent, written - sent)
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef int serve_ready(Loop* s, int timeout) noexcept nogil:
     """One pass of the first step: the ready descriptors (waiting up to `timeout` ms for
     one); -1 when told to stop, else 0."""
@@ -425,6 +445,8 @@ cdef int serve_ready(Loop* s, int timeout) noexcept nogil:
     return 0
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef void* run_thread(void* arg) noexcept nogil:
     cdef Loop* s = <Loop*>arg
     cdef sigset_t signals

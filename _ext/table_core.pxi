@@ -5,6 +5,11 @@
 # reactor.pyx, which reaches it through the address MemberTable._core_address() gives.
 # Included, not cimported: the extensions are built one module each. The including module
 # cimports int32_t, int64_t, uint8_t, uint64_t and memcmp, memcpy.
+#
+# Functions without the GIL here, in heartbeat.pxi and in reactor.pyx are never traced
+# (profile, linetrace off): the debug build's tracing would take the GIL in them, and the
+# reactor's thread, holding the reactor's mutex, would then wait for a GIL whose holder
+# waits for that mutex.
 
 from libc.stdlib cimport calloc, free, malloc
 
@@ -60,6 +65,8 @@ cdef struct TableCore:
     int64_t answered_illegal
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline uint64_t core_hash(
     const char* group_id, Py_ssize_t group_size, const char* member_id, Py_ssize_t member_size
 ) noexcept nogil:
@@ -74,6 +81,8 @@ cdef inline uint64_t core_hash(
     return h ^ (h >> 29)
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline Py_ssize_t core_probe(
     TableCore* t, uint64_t h, const char* group_id, Py_ssize_t group_size,
     const char* member_id, Py_ssize_t member_size,
@@ -96,6 +105,8 @@ cdef inline Py_ssize_t core_probe(
         i = (i + 1) & mask
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline Py_ssize_t core_find(
     TableCore* t, const char* group_id, Py_ssize_t group_size, const char* member_id,
     Py_ssize_t member_size,
@@ -108,6 +119,8 @@ cdef inline Py_ssize_t core_find(
     return -1 if i < 0 else t.index[i].slot
 
 
+@cython.profile(False)
+@cython.linetrace(False)
 cdef inline int core_heartbeat(
     TableCore* t, Py_ssize_t slot, int64_t generation, int64_t now_ms, bint apply
 ) noexcept nogil:
