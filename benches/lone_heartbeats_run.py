@@ -14,6 +14,16 @@ code 0). Over the last `--seconds` it reads the server's CPU time from /proc: CP
 heartbeat, and the round trips' p50/p99. With `--strace`, `strace -c -f` counts the
 server's system calls for 5 s after that window, per heartbeat; with `--perf-stat`, perf
 counts them (and context switches) in the window itself. Nothing here runs at import.
+
+    python -m benches.lone_heartbeats_run --connections 300 --rate 3000 --server both
+
+drives the librdkafka mock cluster the same way after fastcoord (`--server mock` alone),
+and prints the ratio of their CPU per heartbeat, each split into user space and kernel
+(/proc/PID/stat). The mock admits a new member without MEMBER_ID_REQUIRED, and joins slowly
+(it took 26 s to answer 200 JoinGroups of 200 new groups at once), so its runs stay in the
+hundreds of connections; it serves every connection with one poll() over all of them, so
+its CPU per heartbeat grows with the connections (the kernel's share: 374 us at 1,000), and
+a ratio taken at thousands would flatter fastcoord.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -45,8 +56,8 @@ from fastcoord.protocol.messages import (
 )
 from fastcoord.protocol.schema import Request, Response
 from fastcoord.server.startup import raise_file_limit
-from fastcoord.testing import fastcoord_server
-from fastcoord.testing_cpu import cores, sched_seconds
+from fastcoord.testing import fastcoord_server, mock_cluster
+from fastcoord.testing_cpu import cores, sched_seconds, user_system_seconds
 
 CLIENT_ID = "fastcoord-lone"
 VERSION = 3  # Heartbeat v3, as librdkafka sends
@@ -84,9 +95,16 @@ class Members:
         for s in socks:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         first = ask_all(socks, [(join(g, ""), 5) for g in groups])
-        joined = ask_all(
-            socks, [(join(g, a.member_id), 5) for g, a in zip(groups, first, strict=True)]
+        # fastcoord, as Kafka, asks a new member to join again with the id it was given
+        # (MEMBER_ID_REQUIRED); the librdkafka mock admits it at once.
+        again = [(s, g, a) for s, g, a in zip(socks, groups, first, strict=True) if a.error_code]
+        rejoined = iter(
+            ask_all([s for s, _, _ in again], [(join(g, a.member_id), 5) for _, g, a in again])
         )
+        joined = [next(rejoined) if a.error_code else a for a in first]
+        for a in joined:
+            if a.error_code != ErrorCode.NONE:
+                raise RuntimeError(f"JoinGroup: error {a.error_code}")
         syncs = [
             (
                 SyncGroupRequest(
@@ -246,60 +264,145 @@ def perf_counts(out: Path) -> dict[str, int]:
     return counts
 
 
+@dataclass
+class Measured:
+    """One peer's figures over the measured window."""
+
+    peer: str
+    connections: int
+    joined_s: float
+    seconds: float
+    answered: int
+    asked: float
+    late: int
+    cpu: float  # seconds on a CPU (schedstat)
+    waited: float  # seconds runnable, waiting for a core
+    user: float  # seconds of user-space CPU (/proc/PID/stat)
+    system: float  # seconds of kernel CPU on the process's behalf
+    latencies_us: np.ndarray[Any, Any]
+    counts: dict[str, int]
+    calls: dict[str, int]
+    traced: int
+
+    def per_heartbeat_us(self, seconds: float) -> float:
+        return seconds / self.answered * 1e6
+
+    def line(self) -> str:
+        lat = self.latencies_us
+        return (
+            f"{self.peer}: {self.connections:,} connections (joined in {self.joined_s:.1f} s), "
+            f"{self.answered / self.seconds:,.0f} heartbeats/s answered (asked "
+            f"{self.asked:,.0f}/s, {self.late} skipped: still in flight); server "
+            f"{self.cpu / self.seconds:.3f} cores, {self.per_heartbeat_us(self.cpu):.1f} us CPU "
+            f"per heartbeat (user {self.per_heartbeat_us(self.user):.1f}, kernel "
+            f"{self.per_heartbeat_us(self.system):.1f}), waited {self.waited:.2f} s for a core "
+            f"in {self.seconds:.0f} s; round trip p50 {np.percentile(lat, 50):.0f} us, "
+            f"p99 {np.percentile(lat, 99):.0f} us"
+        )
+
+
+def measure(
+    peer: str, server: Any, args: argparse.Namespace, tmp: Path, groups: Sequence[str] | None
+) -> Measured:
+    """Join the members to `server` (a ServerProcess), drive them through the warm-up and
+    the window, and read the server's CPU over the window."""
+    started = time.monotonic()
+    members = Members(server, args.connections, groups)
+    joined_s = time.monotonic() - started
+    try:
+        driver = Driver(members, args.rate)
+        driver.run(args.warmup)
+        stat = tmp / f"perf-stat-{peer}"
+        counter = perf_stat(server.pid, stat) if args.perf_stat else None
+        before, answered, t0 = sched_seconds(server.pid), driver.answered, time.monotonic()
+        split = user_system_seconds(server.pid)
+        driver.run(args.seconds, record=True)
+        after, t1 = sched_seconds(server.pid), time.monotonic()
+        split_after = user_system_seconds(server.pid)
+        if counter is not None:
+            counter.send_signal(2)
+            counter.wait(timeout=30)
+        counts = perf_counts(stat) if counter is not None else {}
+        answered = driver.answered - answered
+        calls, traced = strace_calls(server.pid, 5, driver) if args.strace else ({}, 0)
+    finally:
+        members.close()
+    assert before is not None and after is not None
+    return Measured(
+        peer=peer,
+        connections=args.connections,
+        joined_s=joined_s,
+        seconds=t1 - t0,
+        answered=answered,
+        asked=args.rate,
+        late=driver.late,
+        cpu=after[0] - before[0],
+        waited=after[1] - before[1],
+        user=split_after[0] - split[0],
+        system=split_after[1] - split[1],
+        latencies_us=np.array(driver.latencies) * 1e6,
+        counts=counts,
+        calls=calls,
+        traced=traced,
+    )
+
+
+def report(measured: Measured) -> None:
+    print(measured.line(), flush=True)
+    if measured.counts:
+        per = ", ".join(
+            f"{name} {n / measured.answered:.2f}" for name, n in measured.counts.items()
+        )
+        print(f"  per heartbeat in the window (perf stat): {per}")
+    if measured.calls:
+        per = ", ".join(
+            f"{name} {n / measured.traced:.2f}" for name, n in sorted(measured.calls.items()) if n
+        )
+        print(f"  system calls per heartbeat (strace -c -f, {measured.traced:,} heartbeats): {per}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--connections", type=int, default=18_000)
     parser.add_argument("--rate", type=float, default=6_000, help="heartbeats per second")
     parser.add_argument("--seconds", type=float, default=30, help="the measured window")
     parser.add_argument("--warmup", type=float, default=5)
+    parser.add_argument(
+        "--server",
+        choices=("fastcoord", "mock", "both"),
+        default="fastcoord",
+        help="the peer: fastcoord serve, the librdkafka mock cluster, or both in turn (the "
+        "mock second), with their ratios",
+    )
     parser.add_argument("--strace", action="store_true", help="count system calls after")
     parser.add_argument(
         "--perf-stat", action="store_true", help="count system calls in the window (perf)"
     )
     args = parser.parse_args(argv)
-    raise_file_limit()
+    raise_file_limit()  # the peers inherit it: the mock's host does not raise its own
     client_core, server_core = cores()
     if client_core is not None:
         os.sched_setaffinity(0, {client_core})
-    with tempfile.TemporaryDirectory(prefix="fastcoord-lone-") as tmp:
-        serve_args = ("--in-memory", "--group-initial-rebalance-delay-ms", "0")
-        with fastcoord_server(Path(tmp), *serve_args, core=server_core) as server:
-            started = time.monotonic()
-            members = Members(server, args.connections)
-            joined_s = time.monotonic() - started
-            try:
-                driver = Driver(members, args.rate)
-                driver.run(args.warmup)
-                stat = Path(tmp) / "perf-stat"
-                counter = perf_stat(server.pid, stat) if args.perf_stat else None
-                before, answered, t0 = sched_seconds(server.pid), driver.answered, time.monotonic()
-                driver.run(args.seconds, record=True)
-                after, t1 = sched_seconds(server.pid), time.monotonic()
-                if counter is not None:
-                    counter.send_signal(2)
-                    counter.wait(timeout=30)
-                counts = perf_counts(stat) if counter is not None else {}
-                answered = driver.answered - answered
-                calls, traced = strace_calls(server.pid, 5, driver) if args.strace else ({}, 0)
-            finally:
-                members.close()
-    assert before is not None and after is not None
-    cpu = after[0] - before[0]
-    lat = np.array(driver.latencies) * 1e6
-    print(
-        f"{args.connections:,} connections (joined in {joined_s:.1f} s), "
-        f"{answered / (t1 - t0):,.0f} heartbeats/s answered (asked {args.rate:,.0f}/s, "
-        f"{driver.late} skipped: still in flight); server {cpu / (t1 - t0):.3f} cores, "
-        f"{cpu / answered * 1e6:.1f} us CPU per heartbeat, waited {after[1] - before[1]:.2f} s "
-        f"for a core in {t1 - t0:.0f} s; round trip p50 {np.percentile(lat, 50):.0f} us, "
-        f"p99 {np.percentile(lat, 99):.0f} us"
-    )
-    if counts:
-        per = ", ".join(f"{name} {n / answered:.2f}" for name, n in counts.items())
-        print(f"per heartbeat in the window (perf stat): {per}")
-    if calls:
-        per = ", ".join(f"{name} {n / traced:.2f}" for name, n in sorted(calls.items()) if n)
-        print(f"system calls per heartbeat (strace -c -f, {traced:,} heartbeats): {per}")
+    results: list[Measured] = []
+    with tempfile.TemporaryDirectory(prefix="fastcoord-lone-") as name:
+        tmp = Path(name)
+        if args.server in ("fastcoord", "both"):
+            serve_args = ("--in-memory", "--group-initial-rebalance-delay-ms", "0")
+            with fastcoord_server(tmp, *serve_args, core=server_core) as server:
+                results.append(measure("fastcoord", server, args, tmp, None))
+            report(results[-1])
+        if args.server in ("mock", "both"):
+            with mock_cluster(server_core) as server:
+                results.append(measure("librdkafka mock", server, args, tmp, None))
+            report(results[-1])
+    if len(results) == 2:
+        ours, mock = results
+        ratio = ours.per_heartbeat_us(ours.cpu) / mock.per_heartbeat_us(mock.cpu)
+        print(
+            f"fastcoord / mock, CPU per heartbeat: {ratio:.2f}x (aim <= 1); fastcoord's "
+            f"user-space CPU / its kernel CPU: {ours.user / ours.system:.2f} (aim <= 0.25); "
+            f"the mock's: {mock.user / mock.system:.2f}"
+        )
     return 0
 
 
