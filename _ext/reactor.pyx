@@ -472,9 +472,11 @@ cdef class Reactor:
     cdef pthread_t _thread
     cdef char* _out  # drain's answers
     cdef public Py_ssize_t drained  # heartbeats the last drain answered itself (answer_run)
+    cdef dict _pending  # fd -> what the thread read or left unsent before remove (take_pending)
 
     def __cinit__(self, Py_ssize_t max_size):
         self._parked = []
+        self._pending = {}
         self._s = <Loop*>calloc(1, sizeof(Loop))
         if self._s == NULL:
             raise MemoryError()
@@ -569,6 +571,11 @@ cdef class Reactor:
         self._running = False
         self._s.threaded = False
 
+    def stop(self):
+        """Stop the thread (nothing if none runs): drain serves the sockets from then on,
+        and fileno() is the epoll descriptor again."""
+        self._stop()
+
     def serve(self, table):
         """The member table the first step answers from, or None (it then answers nothing
         and every read goes to drain): what Server.heartbeat_table() says, given again each
@@ -605,6 +612,7 @@ cdef class Reactor:
             s.state[fd] = IDLE
             self._parked[fd] = None
         pthread_mutex_unlock(&s.mutex)
+        self._pending.clear()
         self._count = 0
 
     cdef int _grow(self, Py_ssize_t fd) except -1:
@@ -640,6 +648,7 @@ cdef class Reactor:
             raise ValueError(f"bad descriptor {fd}")
         if fd < s.capacity and self._parked[fd] is not None:
             raise ValueError(f"descriptor {fd} is parked already")
+        self._pending.pop(fd, None)  # never taken: its connection has gone
         cdef epoll_event event
         cdef int err = 0
         pthread_mutex_lock(&s.mutex)
@@ -664,12 +673,33 @@ cdef class Reactor:
     def remove(self, int fd):
         """Take `fd` off the descriptor (nothing if it is not parked); returns when bytes
         last moved on it while it was parked, or -inf. Once it returns, the thread never
-        touches `fd` again."""
+        touches `fd` again. What the thread had read from it (or left unsent) for drain is
+        kept for take_pending."""
         cdef Loop* s = self._s
         if fd < 0 or fd >= s.capacity or self._parked[fd] is None:
             return -INFINITY
+        cdef Py_ssize_t i
+        pthread_mutex_lock(&s.mutex)
+        if s.state[fd] == QUEUED:
+            for i in range(s.queued):
+                if s.queue[i].fd == fd and s.queue[i].gen == s.gen[fd]:
+                    data = PyBytes_FromStringAndSize(s.queue[i].data, s.queue[i].size)
+                    self._pending[fd] = (
+                        b"" if s.queue[i].process else data,
+                        data if s.queue[i].process else b"",
+                        bool(s.queue[i].more), s.queue[i].error,
+                    )
+                    s.queue[i].fd = -1  # drain skips it
+                    break
+        pthread_mutex_unlock(&s.mutex)
         self._forget(fd)
         return s.moved[fd]
+
+    def take_pending(self, int fd):
+        """After remove(fd): (answers, rest, more, error) the thread had taken from the
+        socket for drain and drain had not handed over yet, or None. The bytes are gone
+        from the socket: the connection must take them first (rest is to be handled whole)."""
+        return self._pending.pop(fd, None)
 
     cdef inline void _forget(self, int fd) noexcept:
         cdef Loop* s = self._s
@@ -750,7 +780,7 @@ cdef class Reactor:
         self.drained = 0
         for i in range(queued):
             fd = queue[i].fd
-            if fd >= s.capacity or s.state[fd] != QUEUED or s.gen[fd] != queue[i].gen:
+            if fd < 0 or fd >= s.capacity or s.state[fd] != QUEUED or s.gen[fd] != queue[i].gen:
                 continue  # removed since (a cancelled park)
             conn = self._parked[fd]
             if not queue[i].process:

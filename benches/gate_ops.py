@@ -136,6 +136,49 @@ def heartbeat_run() -> Run:
     return run
 
 
+SOCKETS = 100  # parked sockets of reactor_serve
+
+
+def reactor_serve() -> Run:
+    """The reactor's first step for one lone Heartbeat v3 (as librdkafka sends): the
+    socket's event, the read, the lookup in the member table of 10,000 members, the answer
+    and its write, and the socket armed again, on the calling thread (Reactor.serve_ready;
+    the twin's drain). Over 100 parked socket pairs made before counting, in turn; the
+    client's write and read of the frames are counted too. N counts heartbeats."""
+    import socket
+
+    from fastcoord.server.native import reactor as native
+
+    co, ids = loaded(100, 100)
+    reactor = native.Reactor(1 << 20)
+    pairs = [socket.socketpair() for _ in range(SOCKETS)]
+    frames_ = []
+    for i, (ours, _) in enumerate(pairs):
+        ours.setblocking(False)
+        reactor.add(ours.fileno(), i)
+        group_id, member = ids[i * 100]
+        frames_.append(
+            encode_request(
+                RequestHeader(ApiKey.HEARTBEAT, 3, i, CLIENT_ID),
+                HeartbeatRequest(group_id, 1, member, None),
+            )
+        )
+    clients = [theirs.fileno() for _, theirs in pairs]
+    table = co.table
+    serve = getattr(reactor, "serve_ready", None)
+    step = serve if serve is not None else reactor.drain
+    write, read = os.write, os.read
+
+    def run(n: int) -> None:
+        for i in range(n):
+            k = i % SOCKETS
+            write(clients[k], frames_[k])
+            step(table, NOW + 1000, 1.0)
+            assert len(read(clients[k], 64)) == 14
+
+    return run
+
+
 def consumer_loaded(groups: int, per_group: int) -> tuple[Coordinator, list[tuple[str, str, int]]]:
     """A coordinator holding `groups` Stable consumer groups of `per_group` members, each
     subscribed to one topic of `per_group` partitions: loaded from their records as a
@@ -413,6 +456,7 @@ OPS: dict[str, Callable[[], Run]] = {
     "consumer_core_heartbeat": consumer_core_heartbeat,
     "timing_wheel": timing_wheel,
     "member_table_heartbeat": member_table_heartbeat,
+    "reactor_serve": reactor_serve,
     "core_heartbeat": core_heartbeat,
     "offset_commit": offset_commit,
     "partition_for": partition_for,

@@ -66,6 +66,7 @@ COUNTS: dict[str, tuple[int, int]] = {
     "consumer_core_heartbeat": (1_000, 6_000),
     "timing_wheel": (2_000, 22_000),
     "member_table_heartbeat": (2_000, 22_000),
+    "reactor_serve": (2_000, 12_000),
     "core_heartbeat": (2_000, 12_000),
     "offset_commit": (100, 600),
     "partition_for": (2_000, 22_000),

@@ -375,6 +375,15 @@ class Connection:
         self._last_io = trio.current_time()
         for version, extra in trailing or ():
             self._ignored(HeartbeatRequest, version, extra)
+        self.take_back(answers, rest)
+        self._wait_first = not more
+        if error > 0:
+            raise OSError(error, os.strerror(error))
+        return error == 0
+
+    def take_back(self, answers: bytes, rest: bytes) -> None:
+        """What the reactor took from the socket for us: answers to send first, bytes read
+        to handle (also when a cancel took us off the reactor, parking.py)."""
         if answers:
             # The answers of the heartbeats that began the read (or what the socket did not
             # take): first in line, written with what follows by _answer_buffered.
@@ -388,10 +397,6 @@ class Connection:
                 self._pos = 0
             self._buf += rest
             self._unhandled = True
-        self._wait_first = not more
-        if error > 0:
-            raise OSError(error, os.strerror(error))
-        return error == 0
 
     def _owes_nothing(self) -> bool:
         """Nothing queued, unwritten or unhandled, and no member waiting for its answer."""

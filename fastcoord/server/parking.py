@@ -120,9 +120,13 @@ class Parking:
         finally:
             self.collect()
             self.reactor = None
+            reactor.stop()  # joined: it reads nothing more
             for conn, task in self._tasks.items():
                 conn.moved_at(reactor.remove(conn.fd))
-                conn.handover = None
+                # What the thread read for the Trio side and it has not seen: the
+                # connection's, first.
+                pending = reactor.take_pending(conn.fd)
+                conn.handover = None if pending is None else (conn, *pending, None)
                 trio.lowlevel.reschedule(task)
             self._tasks.clear()
             trio.lowlevel.notify_closing(fd)
@@ -149,6 +153,13 @@ class Parking:
         def abort(_: Any) -> trio.lowlevel.Abort:
             del self._tasks[conn]
             conn.moved_at(reactor.remove(fd))
+            pending = reactor.take_pending(fd)
+            if pending is not None:
+                # The thread took bytes off the socket for the Trio side, which has not
+                # handed them over yet: the connection handles them when it reads again
+                # (an error or the client's end it meets again in the socket).
+                answers, rest, _, _ = pending
+                conn.take_back(answers, rest)
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)

@@ -50,6 +50,14 @@ class Reactor:
     def serve(self, table: HeartbeatTable | None) -> None:
         """The table the thread answers from: drain is given it each time here."""
 
+    def take_pending(self, fd: int) -> tuple[bytes, bytes, bool, int] | None:
+        """What a thread had read from `fd` before remove and drain had not handed over:
+        never anything here (drain reads and hands over in one call)."""
+        return None
+
+    def stop(self) -> None:
+        """Stop the thread (the compiled module's); drain serves the sockets from then on."""
+
     def take_stats(self) -> tuple[int, int]:
         """(heartbeats the thread answered, ns): none without a thread."""
         return 0, 0

@@ -480,9 +480,13 @@ class Parked:
         self.client_host = "/127.0.0.1"
         self.handover: tuple[Any, ...] | None = None
         self.moved: list[float] = []
+        self.taken: list[tuple[bytes, bytes]] = []
 
     def moved_at(self, t: float) -> None:
         self.moved.append(t)
+
+    def take_back(self, answers: bytes, rest: bytes) -> None:
+        self.taken.append((answers, rest))
 
 
 def test_parking_over_a_dispatcher_of_its_own() -> None:
