@@ -58,7 +58,9 @@ def heartbeat(
 
 
 def other(correlation: int = 1) -> bytes:
-    return framing.encode_request(RequestHeader(ApiKey.API_VERSIONS, 0, correlation, "c"), ApiVersionsRequest())
+    return framing.encode_request(
+        RequestHeader(ApiKey.API_VERSIONS, 0, correlation, "c"), ApiVersionsRequest()
+    )
 
 
 @contextmanager
@@ -198,7 +200,9 @@ class Pump:
     the connection for each hand-over (the table asked on the full path, anything it will
     not answer refused UNKNOWN_MEMBER_ID), then parks the socket again."""
 
-    def __init__(self, reactor: Any, table: Any, sockets: list[tuple[socket.socket, socket.socket]]):
+    def __init__(
+        self, reactor: Any, table: Any, sockets: list[tuple[socket.socket, socket.socket]]
+    ):
         self.reactor = reactor
         self.table = table
         self.sockets = sockets
@@ -229,7 +233,7 @@ class Pump:
                         assert error == 0 and not answers
                         self._answer(i, rest)
                         self.reactor.add(self.sockets[i][0].fileno(), i)
-        except BaseException as exc:  # noqa: BLE001 (reported by __exit__)
+        except BaseException as exc:  # reported by __exit__
             self.failure = exc
 
     def _answer(self, i: int, data: bytes) -> None:
@@ -241,9 +245,11 @@ class Pump:
                 data += self.sockets[i][0].recv(65536)
                 continue
             data = data[4 + size :]
-            _, version, correlation = struct.unpack(">hhi", frame[:8])
             header, request, _ = framing.decode_request(frame)
-            code = self.table.heartbeat_id(request.group_id, request.member_id, request.generation_id, now_ms())
+            code = self.table.heartbeat_id(
+                request.group_id, request.member_id, request.generation_id, now_ms()
+            )
+            correlation = header.correlation_id
             out += struct.pack(">iiih", 10, correlation, 0, UNKNOWN_MEMBER_ID if code < 0 else code)
         self.sockets[i][0].setblocking(True)
         self.sockets[i][0].sendall(out)
