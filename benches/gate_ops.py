@@ -146,16 +146,19 @@ def reactor_serve() -> Run:
     the twin's drain). Over 100 parked socket pairs made before counting, in turn; the
     client's write and read of the frames are counted too. N counts heartbeats."""
     import socket
+    import weakref
 
     from fastcoord.server.native import reactor as native
 
     co, ids = loaded(100, 100)
     reactor = native.Reactor(1 << 20)
-    pairs = [socket.socketpair() for _ in range(SOCKETS)]
+    # Raw descriptors (closed with the operation), so that nothing warns of a socket left
+    # open when a test runs the operation a few times.
+    pairs = [tuple(s.detach() for s in socket.socketpair()) for _ in range(SOCKETS)]
     frames_ = []
     for i, (ours, _) in enumerate(pairs):
-        ours.setblocking(False)
-        reactor.add(ours.fileno(), i)
+        os.set_blocking(ours, False)
+        reactor.add(ours, i)
         group_id, member = ids[i * 100]
         frames_.append(
             encode_request(
@@ -163,7 +166,7 @@ def reactor_serve() -> Run:
                 HeartbeatRequest(group_id, 1, member, None),
             )
         )
-    clients = [theirs.fileno() for _, theirs in pairs]
+    clients = [theirs for _, theirs in pairs]
     table = co.table
     serve = getattr(reactor, "serve_ready", None)
     step = serve if serve is not None else reactor.drain
@@ -176,6 +179,12 @@ def reactor_serve() -> Run:
             step(table, NOW + 1000, 1.0)
             assert len(read(clients[k], 64)) == 14
 
+    def close() -> None:
+        reactor.close()
+        for fd in (fd for pair in pairs for fd in pair):
+            os.close(fd)
+
+    weakref.finalize(run, close)
     return run
 
 
