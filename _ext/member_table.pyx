@@ -8,6 +8,11 @@ which reads the group's state and generation and moves the member's session dead
 without touching a Python object. Slots are reused after removal. Every slot that comes
 from Python is checked against the array bounds and the in-use flag before it is read.
 
+What a heartbeat touches also lives in a C struct (table_core.pxi) with a pthread mutex and
+an index of the ids' UTF-8 bytes, for the reactor's thread, which answers heartbeats from a
+frame's bytes without the GIL: every change to it here, and every read of what that thread
+writes (deadlines, the answers counted), holds the mutex.
+
 Layout (one entry per slot, arrays grown by doubling):
   members: deadline int64 | session_timeout int32 | rebalance_timeout int32 |
            group int32 | flags uint8 (awaiting join 1, awaiting sync 2, new 4, steady 8) |
