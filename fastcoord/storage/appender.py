@@ -7,14 +7,15 @@ then lets the core acknowledge (Coordinator.complete_append). A slow disk theref
 acknowledgements, never heartbeats.
 
 Policies (`fsync`):
-- always: every write is synced before it is acknowledged; whatever was queued meanwhile
-  shares the sync, but nothing waits to be shared;
-- batch (default): a write that is queued alone (nothing else waiting when the thread takes
-  it) is synced at once, so a client that commits one request at a time never waits; when
-  several are queued, writes arrive faster than they are synced, and the thread waits for
-  more to share one sync per partition, while they keep coming (a pause of a fifth of the
-  linger, group.coordinator.append.linger.ms, 5 ms, ends the wait) and for no longer than
-  the linger;
+- always: every write is synced before it is acknowledged; whatever was queued while the
+  thread wrote and synced the last writes shares the next sync;
+- batch (default): group commit. The thread never waits for writes to come: what it finds
+  queued it writes and syncs at once (a lone write is synced at once, so a client that
+  commits one request at a time never waits), and everything queued meanwhile is written
+  and synced together as soon as that sync is over. Before syncing, it also writes what was
+  queued while it wrote, as long as more keeps coming and for no longer than the linger
+  (group.coordinator.append.linger.ms, 5 ms): the linger bounds how long a sync may be
+  deferred, it is never waited out;
 - never: acknowledged once written to the operating system (a crash of the machine, not
   of the process, can lose it).
 
@@ -42,8 +43,8 @@ log = logging.getLogger("fastcoord.storage")
 Policy = Literal["always", "batch", "never"]
 Done = Callable[[list[int], ErrorCode], None]
 ERROR_LOG_INTERVAL_S = 10.0
-LINGER_GAPS = 5  # batch: a pause of linger / LINGER_GAPS between writes ends the wait
-Item = tuple[int, dict[int, tuple[bytes, int]]] | None  # (token, frames); None: close
+Submission = tuple[int, dict[int, tuple[bytes, int]]]  # (token, {partition: (frames, count)})
+Item = Submission | None  # None: close
 
 
 class Inbox(Protocol):
@@ -111,29 +112,39 @@ class Appender:
             if first is None:
                 break
             batch = [first]
-            stopping = self._gather(batch, 0.0, 0.0)  # what is queued already
-            if self.policy == "batch" and len(batch) > 1 and not stopping:
-                # Writes arrive faster than they are synced: wait for more to share the
-                # sync, while they keep coming (a pause of a fifth of the linger ends the
-                # wait) and for no longer than the linger. A lone write is synced at once.
-                stopping = self._gather(
-                    batch, self._clock() + self.linger_s, self.linger_s / LINGER_GAPS
+            stopping = self._take_queued(batch)
+            until = self._clock() + self.linger_s  # batch: the sync is deferred no longer
+            written: set[int] = set()
+            error = self._write(batch, written)
+            failed: list[Submission] = []
+            if self.policy == "batch" and error == ErrorCode.NONE:
+                # Group commit: what was queued while the thread wrote goes out before the
+                # sync, while more keeps coming and for no longer than the linger.
+                while not stopping and self._clock() < until:
+                    more: list[Submission] = []
+                    stopping = self._take_queued(more)
+                    if not more:
+                        break
+                    if self._write(more, written) != ErrorCode.NONE:
+                        failed = more  # the writes before it are synced as usual
+                        break
+                    batch += more
+            if error == ErrorCode.NONE and self.policy != "never":
+                error = self._sync(written, len(batch))
+            tokens = [token for token, _ in batch]
+            self._report(functools.partial(self._finish, tokens, error))
+            if failed:
+                refused = [token for token, _ in failed]
+                self._report(
+                    functools.partial(self._finish, refused, ErrorCode.COORDINATOR_NOT_AVAILABLE)
                 )
-            error = self._write(batch)
-            self._report(functools.partial(self._finish, [token for token, _ in batch], error))
 
-    def _gather(
-        self, batch: list[tuple[int, dict[int, tuple[bytes, int]]]], until: float, gap: float
-    ) -> bool:
-        """Add to `batch` what is queued, and what comes before `until` (a time of the
-        clock) with no pause longer than `gap`; True if close() was asked for meanwhile."""
+    def _take_queued(self, batch: list[Submission]) -> bool:
+        """Add to `batch` what is queued now; True if close() was asked for meanwhile."""
+        get = self._queue.get_nowait
         while True:
-            remaining = min(until - self._clock(), gap)
             try:
-                if remaining > 0:
-                    item = self._queue.get(timeout=remaining)
-                else:
-                    item = self._queue.get_nowait()
+                item = get()
             except queue.Empty:
                 return False
             if item is None:
@@ -144,37 +155,49 @@ class Appender:
         self.pending -= len(tokens)
         self._done(tokens, error)
 
-    def _write(self, batch: list[tuple[int, dict[int, tuple[bytes, int]]]]) -> ErrorCode:
-        # One write per partition for the whole batch: fewer system calls, and fewer
-        # partly written pages for the kernel to zero and fill.
-        writes: dict[int, tuple[list[bytes], int]] = {}
-        for _, frames in batch:
-            for partition, (data, count) in frames.items():
-                parts, records = writes.get(partition) or ([], 0)
-                parts.append(data)
-                writes[partition] = (parts, records + count)
+    def _write(self, batch: list[Submission], written: set[int]) -> ErrorCode:
+        """Write `batch`, one write per partition (fewer system calls, and fewer partly
+        written pages for the kernel to zero and fill); add the partitions to `written`."""
+        if len(batch) == 1:
+            writes = {p: ([data], count) for p, (data, count) in batch[0][1].items()}
+        else:
+            writes = {}
+            for _, frames in batch:
+                for partition, (data, count) in frames.items():
+                    parts, records = writes.get(partition) or ([], 0)
+                    parts.append(data)
+                    writes[partition] = (parts, records + count)
         try:
             started = time.perf_counter_ns()
             for partition, (parts, records) in writes.items():
                 self.logs[partition].append(
                     parts[0] if len(parts) == 1 else b"".join(parts), records
                 )
-            written = time.perf_counter_ns()
-            self.append_timings.observe_ns(written - started)
-            if self.policy != "never":
-                for partition in writes:
-                    self.logs[partition].sync()
-                self.fsync_timings.observe_ns(time.perf_counter_ns() - written)
+                written.add(partition)
+            self.append_timings.observe_ns(time.perf_counter_ns() - started)
         except OSError as exc:
-            self._failures += len(batch)
-            now = time.monotonic()
-            if now - self._last_error_log >= ERROR_LOG_INTERVAL_S:
-                log.error(
-                    "cannot write the offsets log: %s; %d writes refused since the last report",
-                    exc,
-                    self._failures,
-                )
-                self._last_error_log = now
-                self._failures = 0
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return self._failed(exc, len(batch))
         return ErrorCode.NONE
+
+    def _sync(self, written: set[int], writes: int) -> ErrorCode:
+        try:
+            started = time.perf_counter_ns()
+            for partition in written:
+                self.logs[partition].sync()
+            self.fsync_timings.observe_ns(time.perf_counter_ns() - started)
+        except OSError as exc:
+            return self._failed(exc, writes)
+        return ErrorCode.NONE
+
+    def _failed(self, exc: OSError, writes: int) -> ErrorCode:
+        self._failures += writes
+        now = time.monotonic()
+        if now - self._last_error_log >= ERROR_LOG_INTERVAL_S:
+            log.error(
+                "cannot write the offsets log: %s; %d writes refused since the last report",
+                exc,
+                self._failures,
+            )
+            self._last_error_log = now
+            self._failures = 0
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE

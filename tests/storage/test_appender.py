@@ -100,7 +100,8 @@ class Timeline:
 class Run:
     """An appender over one partition log, its reports, and its syncs: in real time, or
     in a Timeline's simulated time, where a sync takes the time that `sync_s` gives it
-    (the first sync the first figure, and so on; the rest take none)."""
+    (the first sync the first figure, and so on; the rest take none), and a write the time
+    that `write_s` gives it."""
 
     def __init__(
         self,
@@ -109,11 +110,13 @@ class Run:
         linger_ms: int,
         timeline: Timeline | None = None,
         sync_s: Sequence[float] = (),
+        write_s: Sequence[float] = (),
     ) -> None:
         self.timeline = timeline
         self.started = False
         self.reports: list[tuple[float, list[int]]] = []  # (time, tokens)
         self.synced: list[float] = []
+        self.refused: list[int] = []  # tokens reported with an error
         self.done = threading.Condition()
         self.log = PartitionLog(directory(tmp_path, 0), 1 << 20)
         sync = self.log.sync
@@ -126,6 +129,15 @@ class Run:
             self.synced.append(self.now())
 
         self.log.sync = counting_sync  # type: ignore[method-assign]
+        append = self.log.append
+        write_durations = deque(write_s)
+
+        def timed_append(data: bytes, records: int) -> None:
+            if timeline is not None and write_durations:
+                timeline.now += write_durations.popleft()
+            append(data, records)
+
+        self.log.append = timed_append  # type: ignore[method-assign]
         if timeline is None:
             self.appender = Appender({0: self.log}, policy, linger_ms, self._report, self._done)
         else:
@@ -155,7 +167,9 @@ class Run:
         fn()  # on the appender's thread: enough here, there is no event loop
 
     def _done(self, tokens: list[int], error: ErrorCode) -> None:
-        assert error == ErrorCode.NONE
+        if error != ErrorCode.NONE:
+            self.refused.extend(tokens)
+            return
         with self.done:
             self.reports.append((self.now(), tokens))
             self.done.notify_all()
@@ -189,8 +203,9 @@ def run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
         linger_ms: int,
         timeline: Timeline | None = None,
         sync_s: Sequence[float] = (),
+        write_s: Sequence[float] = (),
     ) -> Run:
-        r = Run(tmp_path / str(len(runs)), policy, linger_ms, timeline, sync_s)
+        r = Run(tmp_path / str(len(runs)), policy, linger_ms, timeline, sync_s, write_s)
         if timeline is None:
             r.start()  # else play() starts it, once the writes are scheduled
         runs.append(r)
@@ -220,62 +235,69 @@ def test_batch_syncs_a_lone_write_at_once_in_simulated_time(run: Callable[..., R
     assert r.synced == [0.0, 1.0, 2.5]
 
 
-def test_batch_writes_queued_together_share_a_sync_while_more_keep_coming(
-    run: Callable[..., Run],
+@pytest.mark.parametrize("policy", ["batch", "always"])
+def test_writes_queued_during_a_sync_share_the_next_taken_at_once(
+    run: Callable[..., Run], policy: Policy
 ) -> None:
-    # Linger 5 s: a pause of 1 s ends the wait. The first sync takes 0.5 s, so 2 and 3
-    # queue up behind it; the thread takes them together at 0.5 and waits for more: 4 and
-    # 5 come within 1 s of the one before, and join them; then nothing for 1 s.
-    r = run("batch", 5_000, Timeline(), sync_s=[0.5])
+    # Group commit: 2 and 3 queue while 1 is synced (0.5 s) and are written and synced
+    # together the moment that sync is over; 4 comes during theirs and goes next. Nothing
+    # waits for more writes to come, whatever the linger (an hour here).
+    r = run(policy, 3_600_000, Timeline(), sync_s=[0.5, 0.5])
     for token, at in ((1, 0.0), (2, 0.1), (3, 0.2), (4, 0.9), (5, 1.6)):
         r.submit_at(at, token)
-    assert r.play() == [(0.5, [1]), (2.6, [2, 3, 4, 5])]
-    assert len(r.synced) == 2
-
-
-def test_batch_waits_no_longer_than_a_pause_of_a_fifth_of_the_linger(
-    run: Callable[..., Run],
-) -> None:
-    # Linger 3 s: the thread takes 2 and 3 at 0.3 s, when the first sync is over; nothing
-    # comes for a fifth of the linger (0.6 s), so they are synced at 0.9 s, long before
-    # the linger is over (3.3 s), and 4, at 1.5 s, goes alone.
-    r = run("batch", 3_000, Timeline(), sync_s=[0.3])
-    for token, at in ((1, 0.0), (2, 0.1), (3, 0.1), (4, 1.5)):
-        r.submit_at(at, token)
-    assert r.play() == [(0.3, [1]), (0.9, [2, 3]), (1.5, [4])]
-    assert len(r.synced) == 3
-
-
-def test_batch_waits_no_longer_than_the_linger_while_writes_keep_coming(
-    run: Callable[..., Run],
-) -> None:
-    # Linger 1 s: the thread takes what queued behind the first sync at 0.3 s and waits for
-    # more; a write every 0.1 s keeps the wait going until the linger ends it, at 1.3 s.
-    r = run("batch", 1_000, Timeline(), sync_s=[0.3])
-    arrivals = {1: 0.0} | {token: 0.05 + 0.1 * (token - 1) for token in range(2, 21)}
-    for token, at in arrivals.items():
-        r.submit_at(at, token)
-    reports = r.play()
-    assert reports[0] == (0.3, [1])
-    assert reports[1] == (1.3, [token for token, at in arrivals.items() if 0 < at <= 1.3])
-    # What comes after is taken alone, as nothing queues behind a sync that takes no time.
-    assert reports[2:] == [(round(arrivals[t], 9), [t]) for t in range(14, 21)]
+    assert r.play() == [(0.5, [1]), (1.0, [2, 3]), (1.0, [4]), (1.6, [5])]
+    assert len(r.synced) == 4
 
 
 @pytest.mark.parametrize(
-    ("policy", "batches"),
-    [("batch", [[1], [2, 3, 4]]), ("always", [[1], [2, 3], [4]])],
+    ("policy", "reports"),
+    [("batch", [(0.25, [1, 2])]), ("always", [(0.25, [1]), (0.25, [2])])],
 )
-def test_always_never_waits_for_more(
-    run: Callable[..., Run], policy: Policy, batches: list[list[int]]
+def test_batch_writes_what_queued_while_it_wrote_before_its_sync(
+    run: Callable[..., Run], policy: Policy, reports: list[tuple[float, list[int]]]
 ) -> None:
-    # The same writes: 2 and 3 queue behind the first sync, 4 comes just after it. Batch
-    # waits for 4 to share their sync; always syncs 2 and 3 at once, and then 4.
-    r = run(policy, 2_000, Timeline(), sync_s=[0.3])
-    for token, at in ((1, 0.0), (2, 0.1), (3, 0.1), (4, 0.35)):
-        r.submit_at(at, token)
-    r.play()
-    assert r.batches() == batches and len(r.synced) == len(batches)
+    # 2 comes while 1 is being written (0.25 s): batch writes it too and syncs both once;
+    # always syncs what it had taken, then 2.
+    r = run(policy, 3_600_000, Timeline(), write_s=[0.25])
+    r.submit_at(0.0, 1)
+    r.submit_at(0.125, 2)
+    assert r.play() == reports
+    assert len(r.synced) == len(reports)
+
+
+def test_batch_defers_a_sync_no_longer_than_the_linger(run: Callable[..., Run]) -> None:
+    # Linger 1 s, each write 0.25 s, a write submitted every 0.125 s: the thread keeps
+    # writing what queued while it wrote, and syncs once a second has passed since it took
+    # the first write of its batch; then it starts the next batch with what is queued.
+    r = run("batch", 1_000, Timeline(), write_s=[0.25] * 9)
+    for token in range(1, 17):
+        r.submit_at((token - 1) * 0.125, token)
+    assert r.play() == [(1.0, list(range(1, 8))), (2.0, list(range(8, 16))), (2.25, [16])]
+    assert len(r.synced) == 3
+
+
+def test_batch_syncs_the_writes_before_one_that_fails(
+    run: Callable[..., Run], caplog: pytest.LogCaptureFixture
+) -> None:
+    # 2 queues while 1 is written and its write fails (a full disk): 1 is synced and
+    # acknowledged, 2 refused; the log holds 1 alone.
+    r = run("batch", 3_600_000, Timeline(), write_s=[0.25])
+    append = r.log.append
+    calls = iter((append, None))
+
+    def failing_second(data: bytes, records: int) -> None:
+        write = next(calls)
+        if write is None:
+            raise OSError(28, "No space left on device")
+        write(data, records)
+
+    r.log.append = failing_second  # type: ignore[method-assign]
+    r.submit_at(0.0, 1)
+    r.submit_at(0.125, 2)
+    assert r.play() == [(0.25, [1])]
+    assert r.refused == [2] and len(r.synced) == 1
+    assert len(segment.scan(next(r.log.path.glob("*.log")).read_bytes()).records) == 1
+    assert "cannot write the offsets log" in caplog.text
 
 
 def test_never_does_not_sync(run: Callable[..., Run]) -> None:
