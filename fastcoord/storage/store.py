@@ -16,6 +16,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+import trio
+import trio.testing
+
 from fastcoord.core.records import LogEntry, OffsetCommits, Record
 from fastcoord.storage import segment
 from fastcoord.storage.appender import Appender, Done, Policy
@@ -38,6 +41,8 @@ class Store(Protocol):
     def recover(self, partition: int) -> list[Record]: ...
 
     def start(self, report: Callable[[Callable[[], None]], None], done: Done) -> None: ...
+
+    async def watch_idle(self) -> None: ...
 
     def loaded(self, partition: int) -> None: ...
 
@@ -98,6 +103,9 @@ class OffsetsStore:
         }
         self.lock = DataDirLock(data_dir)
         self.appender: Appender | None = None
+        # fsync batch: set by each append, for watch_idle to tell the appender when the
+        # event loop has gone idle after it.
+        self._appended = trio.Event() if policy == "batch" else None
         self.cleaner = (
             None
             if cleaner is None
@@ -131,6 +139,19 @@ class OffsetsStore:
         if self.cleaner is not None:
             self.cleaner.start()
 
+    async def watch_idle(self) -> None:
+        """fsync batch, until cancelled: each time the event loop has nothing left to run
+        after appends, tell the appender to sync them (appender.py says why). Without this
+        task a batch write is synced when the linger is over."""
+        if self._appended is None:
+            return
+        while True:
+            await self._appended.wait()
+            self._appended = trio.Event()
+            await trio.testing.wait_all_tasks_blocked()
+            if self.appender is not None:
+                self.appender.idle()
+
     def loaded(self, partition: int) -> None:
         """`partition` has been recovered: the cleaner may now rewrite its closed segments."""
         if self.cleaner is not None:
@@ -149,6 +170,9 @@ class OffsetsStore:
                 partition = partitions[group] = partition_of(group)
             by_partition[partition].append(record)
         self.appender.submit(token, {p: frames(rs) for p, rs in by_partition.items()})
+        appended = self._appended
+        if appended is not None and not appended.is_set():
+            appended.set()
 
     def close(self) -> None:
         """Stop the cleaner (a pass cut short changes nothing), finish queued writes, close

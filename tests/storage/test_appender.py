@@ -163,6 +163,11 @@ class Run:
         assert self.timeline is not None
         self.timeline.at(when, lambda: self.appender.submit(token, frames(token)))
 
+    def idle_at(self, when: float) -> None:
+        """In simulated time: the event loop goes idle at `when`."""
+        assert self.timeline is not None
+        self.timeline.at(when, self.appender.idle)
+
     def _report(self, fn: Callable[[], None]) -> None:
         fn()  # on the appender's thread: enough here, there is no event loop
 
@@ -217,63 +222,76 @@ def run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
             r.appender.close()
 
 
-def test_batch_syncs_a_lone_write_at_once(run: Callable[..., Run]) -> None:
-    """A client committing one request at a time, in real time: each write is alone in the
-    queue, and is synced without waiting for the linger (an hour here, past WAIT_S)."""
+def test_batch_syncs_a_lone_write_once_the_loop_is_idle(run: Callable[..., Run]) -> None:
+    """A client committing one request at a time, in real time: the event loop hands over
+    each write and goes idle, and the write is synced then, without waiting for the linger
+    (an hour here, past WAIT_S)."""
     r = run("batch", 3_600_000)
     for token in range(1, 4):
         r.appender.submit(token, frames(token))
+        r.appender.idle()
         r.wait_for(token)
     assert r.batches() == [[1], [2], [3]] and len(r.synced) == 3
 
 
-def test_batch_syncs_a_lone_write_at_once_in_simulated_time(run: Callable[..., Run]) -> None:
+def test_batch_syncs_a_lone_write_once_the_loop_is_idle_in_simulated_time(
+    run: Callable[..., Run],
+) -> None:
     r = run("batch", 3_600_000, Timeline())
     for token, at in enumerate((0.0, 1.0, 2.5), start=1):
         r.submit_at(at, token)
+        r.idle_at(at)
     assert r.play() == [(0.0, [1]), (1.0, [2]), (2.5, [3])]
     assert r.synced == [0.0, 1.0, 2.5]
 
 
-@pytest.mark.parametrize("policy", ["batch", "always"])
-def test_writes_queued_during_a_sync_share_the_next_taken_at_once(
-    run: Callable[..., Run], policy: Policy
-) -> None:
-    # Group commit: 2 and 3 queue while 1 is synced (0.5 s) and are written and synced
-    # together the moment that sync is over; 4 comes during theirs and goes next. Nothing
-    # waits for more writes to come, whatever the linger (an hour here).
-    r = run(policy, 3_600_000, Timeline(), sync_s=[0.5, 0.5])
+def test_batch_defers_a_sync_while_the_loop_is_busy(run: Callable[..., Run]) -> None:
+    # The loop hands over 1, 2 and 3 while it handles a burst and goes idle at 0.3: one
+    # sync for the three. 4 comes alone later. An idle loop with nothing written (at 0.4)
+    # changes nothing.
+    r = run("batch", 3_600_000, Timeline())
+    for token, at in ((1, 0.0), (2, 0.1), (3, 0.2), (4, 0.5)):
+        r.submit_at(at, token)
+    for at in (0.3, 0.4, 0.5):
+        r.idle_at(at)
+    assert r.play() == [(0.3, [1, 2, 3]), (0.5, [4])]
+    assert len(r.synced) == 2
+
+
+def test_batch_defers_a_sync_no_longer_than_the_linger(run: Callable[..., Run]) -> None:
+    # Linger 1 s, a write every 0.125 s and a loop that never goes idle: the thread writes
+    # them as they come and syncs once a second has passed since it took the first write
+    # of its batch; then it starts the next batch with the next write.
+    r = run("batch", 1_000, Timeline())
+    for token in range(1, 17):
+        r.submit_at((token - 1) * 0.125, token)
+    assert r.play() == [(1.0, list(range(1, 10))), (2.125, list(range(10, 17)))]
+    assert len(r.synced) == 2
+
+
+def test_always_syncs_what_queued_during_a_sync_at_once(run: Callable[..., Run]) -> None:
+    # Group commit: 2 and 3 queue while 1 is synced (0.5 s) and are synced together the
+    # moment that sync is over; 4 comes during theirs and goes next. Nothing waits for the
+    # loop or for more writes to come.
+    r = run("always", 3_600_000, Timeline(), sync_s=[0.5, 0.5])
     for token, at in ((1, 0.0), (2, 0.1), (3, 0.2), (4, 0.9), (5, 1.6)):
         r.submit_at(at, token)
     assert r.play() == [(0.5, [1]), (1.0, [2, 3]), (1.0, [4]), (1.6, [5])]
     assert len(r.synced) == 4
 
 
-@pytest.mark.parametrize(
-    ("policy", "reports"),
-    [("batch", [(0.25, [1, 2])]), ("always", [(0.25, [1]), (0.25, [2])])],
-)
-def test_batch_writes_what_queued_while_it_wrote_before_its_sync(
-    run: Callable[..., Run], policy: Policy, reports: list[tuple[float, list[int]]]
+def test_batch_syncs_what_queued_during_a_sync_once_the_loop_is_idle(
+    run: Callable[..., Run],
 ) -> None:
-    # 2 comes while 1 is being written (0.25 s): batch writes it too and syncs both once;
-    # always syncs what it had taken, then 2.
-    r = run(policy, 3_600_000, Timeline(), write_s=[0.25])
-    r.submit_at(0.0, 1)
-    r.submit_at(0.125, 2)
-    assert r.play() == reports
-    assert len(r.synced) == len(reports)
-
-
-def test_batch_defers_a_sync_no_longer_than_the_linger(run: Callable[..., Run]) -> None:
-    # Linger 1 s, each write 0.25 s, a write submitted every 0.125 s: the thread keeps
-    # writing what queued while it wrote, and syncs once a second has passed since it took
-    # the first write of its batch; then it starts the next batch with what is queued.
-    r = run("batch", 1_000, Timeline(), write_s=[0.25] * 9)
-    for token in range(1, 17):
-        r.submit_at((token - 1) * 0.125, token)
-    assert r.play() == [(1.0, list(range(1, 8))), (2.0, list(range(8, 16))), (2.25, [16])]
-    assert len(r.synced) == 3
+    # 2 and 3 come while 1 is synced (0.5 s), and the loop goes idle after them: they are
+    # written and synced together the moment that sync is over.
+    r = run("batch", 3_600_000, Timeline(), sync_s=[0.5])
+    for token, at in ((1, 0.0), (2, 0.1), (3, 0.2)):
+        r.submit_at(at, token)
+    for at in (0.0, 0.3):
+        r.idle_at(at)
+    assert r.play() == [(0.5, [1]), (0.5, [2, 3])]
+    assert len(r.synced) == 2
 
 
 def test_batch_syncs_the_writes_before_one_that_fails(
@@ -294,6 +312,7 @@ def test_batch_syncs_the_writes_before_one_that_fails(
     r.log.append = failing_second  # type: ignore[method-assign]
     r.submit_at(0.0, 1)
     r.submit_at(0.125, 2)
+    r.idle_at(0.25)
     assert r.play() == [(0.25, [1])]
     assert r.refused == [2] and len(r.synced) == 1
     assert len(segment.scan(next(r.log.path.glob("*.log")).read_bytes()).records) == 1
