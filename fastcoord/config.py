@@ -111,9 +111,9 @@ class ServerConfig(
         Literal["always", "batch", "never"],
         Doc(
             OFFSETS_LOG,
-            "when a write is synced before it is acknowledged: always, batch (group commit: "
-            "what queues during a write and its sync shares the next sync, which starts at "
-            "once), never (acknowledged once the OS has it)",
+            "when a write is synced before it is acknowledged: always (at once), batch (group "
+            "commit: synced once the event loop is idle, with what it handled meanwhile), "
+            "never (acknowledged once the OS has it)",
         ),
     ] = "batch"
     group_coordinator_append_linger_ms: Annotated[
