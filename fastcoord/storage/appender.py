@@ -1,25 +1,27 @@
 """Appends to the partition logs, off the event loop: one thread writes and syncs.
 
 The server hands over each Result's records, already framed per coordinator partition,
-with the Result's append token. The thread takes whatever is queued, writes it, makes it
-durable under the fsync policy, and reports the tokens back to the Trio thread, which
-then lets the core acknowledge (Coordinator.complete_append). A slow disk therefore delays
-acknowledgements, never heartbeats.
+with the Result's append token. The thread takes whatever is queued, writes it (one write
+per partition), makes it durable under the fsync policy, and reports the tokens back to
+the Trio thread (one report per sync), which then lets the core acknowledge
+(Coordinator.complete_append). A slow disk therefore delays acknowledgements, never
+heartbeats.
 
 Policies (`fsync`):
-- always: every write is synced before it is acknowledged, at once; whatever was queued
-  while the thread wrote and synced the last writes is written and synced together as soon
-  as that sync is over (group commit: nothing waits for more writes to come);
-- batch (default): group commit, with the sync deferred while the event loop is busy. The
-  thread writes what it finds queued at once, and syncs it as soon as the event loop has
-  nothing left to run (`idle()`, from the server's watcher): a busy loop is still handling
-  requests whose writes will share that sync, while an idle one has nothing to add, and a
-  sync would only keep its clients waiting. So a lone commit is synced as soon as the
-  loop has handed it over, and 64 commits in flight on a connection are synced together
-  once the loop has read and handled all of them, rather than a few at a time (a sync
-  costs this machine tens of microseconds of CPU, whatever it holds). Writes that come
-  meanwhile are written as they come; the linger (group.coordinator.append.linger.ms,
-  5 ms) bounds how long a sync may be deferred for a loop that stays busy;
+- always: every write is synced before it is acknowledged, at once; what is queued while
+  the thread writes and syncs is written and synced together as soon as that sync is over
+  (group commit: nothing waits for more writes to come);
+- batch (default): group commit, synced when the event loop is idle. Submissions are held
+  on the event loop's side until it has nothing left to run (`idle()`, from the store's
+  watcher), then handed over together, written and synced at once. A busy loop is still
+  handling requests whose writes will share that sync; an idle one has nothing to add,
+  and waiting longer would only keep its clients waiting. So a lone commit is synced as
+  soon as the loop has handled it, and 64 commits in flight on a connection are written
+  and synced together once the loop has read and handled them, rather than a few at a
+  time as they arrive: a sync costs this machine tens of microseconds of CPU whatever it
+  holds, and the thread wakes once per sync rather than once per write, while the loop
+  waits anyway. The watcher also hands over what is held once the linger
+  (group.coordinator.append.linger.ms) has passed, for a loop that stays busy;
 - never: acknowledged once written to the operating system (a crash of the machine, not
   of the process, can lose it).
 
@@ -48,8 +50,7 @@ Policy = Literal["always", "batch", "never"]
 Done = Callable[[list[int], ErrorCode], None]
 ERROR_LOG_INTERVAL_S = 10.0
 Submission = tuple[int, dict[int, tuple[bytes, int]]]  # (token, {partition: (frames, count)})
-Item = Submission | None  # None: close
-IDLE: Submission = (0, {})  # put by idle(), told apart by identity: the loop has gone idle
+Item = Submission | list[Submission] | None  # a submission, those held (batch), or close
 
 
 class Inbox(Protocol):
@@ -67,28 +68,25 @@ class Appender:
         self,
         logs: dict[int, PartitionLog],
         policy: Policy,
-        linger_ms: int,
         report: Callable[[Callable[[], None]], None],
         done: Done,
         *,
-        clock: Callable[[], float] = time.monotonic,
         inbox: Inbox | None = None,
     ) -> None:
         """`report(fn)` must run fn on the event loop's thread (TrioToken.run_sync_soon);
-        `done(tokens, error)` is what it runs. `clock` and `inbox` are the time and the
-        queue that batching goes by: a test gives its own, in which waiting passes
-        simulated time, to decide which writes share a sync without racing the machine."""
+        `done(tokens, error)` is what it runs. `inbox` is the queue that batching goes by:
+        a test gives its own, in which waiting passes simulated time, to decide which
+        writes share a sync without racing the machine."""
         self.logs = logs
         self.policy = policy
-        self.linger_s = linger_ms / 1000
         self._report = report
         self._done = done
-        self._clock = clock
         self._queue: Inbox = queue.SimpleQueue() if inbox is None else inbox
         self._thread = threading.Thread(target=self._run, name="fastcoord-appender", daemon=True)
         self._failures = 0
         self._last_error_log = 0.0
         self.pending = 0  # tokens submitted and not yet reported
+        self._held: list[Submission] = []  # batch: submitted, for the next idle()
         # Each write of a batch, and each sync: read by the metrics endpoint.
         self.append_timings = Timings(DISK_BUCKETS_S)
         self.fsync_timings = Timings(DISK_BUCKETS_S)
@@ -97,18 +95,29 @@ class Appender:
         self._thread.start()
 
     def submit(self, token: int, frames: dict[int, tuple[bytes, int]]) -> None:
-        """Write `frames` ({partition: (framed records, count)}); report `token` when done."""
+        """Write `frames` ({partition: (framed records, count)}); report `token` when done.
+        Under batch, held until idle()."""
         self.pending += 1
-        self._queue.put((token, frames))
+        if self.policy == "batch":
+            self._held.append((token, frames))
+        else:
+            self._queue.put((token, frames))
+
+    @property
+    def held(self) -> int:
+        """Submissions held for the next idle() (batch)."""
+        return len(self._held)
 
     def idle(self) -> None:
-        """The event loop has nothing left to run (see the module docstring): under batch,
-        sync what is written now. Called after submissions only; one that finds nothing
-        to sync is ignored."""
-        self._queue.put(IDLE)
+        """The event loop has nothing left to run, or the linger is over: hand what is
+        held to the thread, to be written and synced together (batch)."""
+        if self._held:
+            held, self._held = self._held, []
+            self._queue.put(held)
 
     def close(self) -> None:
-        """Finish what is queued, then stop the thread and close the logs."""
+        """Finish what is queued and held, then stop the thread and close the logs."""
+        self.idle()
         self._queue.put(None)
         self._thread.join()
         for partition_log in self.logs.values():
@@ -122,58 +131,27 @@ class Appender:
             first = self._queue.get()
             if first is None:
                 break
-            if first is IDLE:
-                continue  # the writes it was for are synced already
-            batch = [first]
-            stopping, idle = self._take_queued(batch)
-            until = self._clock() + self.linger_s  # batch: the sync is deferred no longer
+            batch = first if isinstance(first, list) else [first]
+            stopping = self._take_queued(batch)
             written: set[int] = set()
             error = self._write(batch, written)
-            failed: list[Submission] = []
-            if self.policy == "batch" and error == ErrorCode.NONE:
-                # Write what comes until the loop goes idle, or the linger is over.
-                while not (stopping or idle):
-                    remaining = until - self._clock()
-                    if remaining <= 0:
-                        break
-                    try:
-                        item = self._queue.get(timeout=remaining)
-                    except queue.Empty:
-                        break
-                    if item is None:
-                        stopping = True
-                        break
-                    if item is IDLE:
-                        break
-                    more = [item]
-                    stopping, idle = self._take_queued(more)
-                    if self._write(more, written) != ErrorCode.NONE:
-                        failed = more  # the writes before it are synced as usual
-                        break
-                    batch += more
             if error == ErrorCode.NONE and self.policy != "never":
                 error = self._sync(written, len(batch))
             tokens = [token for token, _ in batch]
             self._report(functools.partial(self._finish, tokens, error))
-            if failed:
-                refused = [token for token, _ in failed]
-                self._report(
-                    functools.partial(self._finish, refused, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-                )
 
-    def _take_queued(self, batch: list[Submission]) -> tuple[bool, bool]:
-        """Add to `batch` what is queued now: (close() was asked for, the loop went idle)."""
+    def _take_queued(self, batch: list[Submission]) -> bool:
+        """Add to `batch` what is queued now; True if close() was asked for meanwhile."""
         get = self._queue.get_nowait
-        idle = False
         while True:
             try:
                 item = get()
             except queue.Empty:
-                return False, idle
+                return False
             if item is None:
-                return True, idle
-            if item is IDLE:
-                idle = True
+                return True
+            if isinstance(item, list):
+                batch += item
             else:
                 batch.append(item)
 

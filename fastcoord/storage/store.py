@@ -134,21 +134,23 @@ class OffsetsStore:
         return self.logs[partition].recover(self.truncate_damaged)
 
     def start(self, report: Callable[[Callable[[], None]], None], done: Done) -> None:
-        self.appender = Appender(self.logs, self.policy, self.linger_ms, report, done)
+        self.appender = Appender(self.logs, self.policy, report, done)
         self.appender.start()
         if self.cleaner is not None:
             self.cleaner.start()
 
     async def watch_idle(self) -> None:
         """fsync batch, until cancelled: each time the event loop has nothing left to run
-        after appends, tell the appender to sync them (appender.py says why). Without this
-        task a batch write is synced when the linger is over."""
+        after appends, or the linger has passed since the first of them, hand them to the
+        appender to be written and synced together (appender.py says why)."""
         if self._appended is None:
             return
+        linger_s = self.linger_ms / 1000
         while True:
             await self._appended.wait()
             self._appended = trio.Event()
-            await trio.testing.wait_all_tasks_blocked()
+            with trio.move_on_after(linger_s):
+                await trio.testing.wait_all_tasks_blocked()
             if self.appender is not None:
                 self.appender.idle()
 

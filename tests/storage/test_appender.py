@@ -1,11 +1,13 @@
 """The appender's fsync policies: what is synced when, and which writes share a sync.
 
 Real partition logs in a temporary directory; PartitionLog.sync is wrapped to count the
-syncs. Which writes share a sync depends on when they arrive relative to the syncs and to
-the linger, so the tests that decide it run the appender's thread in simulated time (a
-Timeline): each write arrives at the time the test gives it, a sync takes the time the
-test gives it, and a wait for the next write passes time rather than taking it. The
-batches then follow from the appender's rules alone, however slow or busy the machine.
+syncs. Which writes share a sync depends on when they arrive relative to the syncs and, under
+batch, to the moments the event loop goes idle, so the tests that decide it run the
+appender's thread in simulated time (a Timeline): each write arrives, and the loop goes
+idle, at the times the test gives, a sync takes the time the test gives it, and a wait for
+the next write passes time rather than taking it. The batches then follow from the
+appender's rules alone, however slow or busy the machine. (The linger, a bound the store's
+watcher keeps on the event loop, is tested with the store.)
 """
 
 from __future__ import annotations
@@ -107,7 +109,6 @@ class Run:
         self,
         tmp_path: Path,
         policy: Policy,
-        linger_ms: int,
         timeline: Timeline | None = None,
         sync_s: Sequence[float] = (),
         write_s: Sequence[float] = (),
@@ -138,18 +139,7 @@ class Run:
             append(data, records)
 
         self.log.append = timed_append  # type: ignore[method-assign]
-        if timeline is None:
-            self.appender = Appender({0: self.log}, policy, linger_ms, self._report, self._done)
-        else:
-            self.appender = Appender(
-                {0: self.log},
-                policy,
-                linger_ms,
-                self._report,
-                self._done,
-                clock=timeline.clock,
-                inbox=timeline,
-            )
+        self.appender = Appender({0: self.log}, policy, self._report, self._done, inbox=timeline)
 
     def start(self) -> None:
         self.appender.start()
@@ -205,12 +195,11 @@ def run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
 
     def start(
         policy: Policy,
-        linger_ms: int,
         timeline: Timeline | None = None,
         sync_s: Sequence[float] = (),
         write_s: Sequence[float] = (),
     ) -> Run:
-        r = Run(tmp_path / str(len(runs)), policy, linger_ms, timeline, sync_s, write_s)
+        r = Run(tmp_path / str(len(runs)), policy, timeline, sync_s, write_s)
         if timeline is None:
             r.start()  # else play() starts it, once the writes are scheduled
         runs.append(r)
@@ -224,9 +213,8 @@ def run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
 
 def test_batch_syncs_a_lone_write_once_the_loop_is_idle(run: Callable[..., Run]) -> None:
     """A client committing one request at a time, in real time: the event loop hands over
-    each write and goes idle, and the write is synced then, without waiting for the linger
-    (an hour here, past WAIT_S)."""
-    r = run("batch", 3_600_000)
+    each write and goes idle, and the write is synced then."""
+    r = run("batch")
     for token in range(1, 4):
         r.appender.submit(token, frames(token))
         r.appender.idle()
@@ -237,7 +225,7 @@ def test_batch_syncs_a_lone_write_once_the_loop_is_idle(run: Callable[..., Run])
 def test_batch_syncs_a_lone_write_once_the_loop_is_idle_in_simulated_time(
     run: Callable[..., Run],
 ) -> None:
-    r = run("batch", 3_600_000, Timeline())
+    r = run("batch", Timeline())
     for token, at in enumerate((0.0, 1.0, 2.5), start=1):
         r.submit_at(at, token)
         r.idle_at(at)
@@ -249,7 +237,7 @@ def test_batch_defers_a_sync_while_the_loop_is_busy(run: Callable[..., Run]) -> 
     # The loop hands over 1, 2 and 3 while it handles a burst and goes idle at 0.3: one
     # sync for the three. 4 comes alone later. An idle loop with nothing written (at 0.4)
     # changes nothing.
-    r = run("batch", 3_600_000, Timeline())
+    r = run("batch", Timeline())
     for token, at in ((1, 0.0), (2, 0.1), (3, 0.2), (4, 0.5)):
         r.submit_at(at, token)
     for at in (0.3, 0.4, 0.5):
@@ -258,22 +246,11 @@ def test_batch_defers_a_sync_while_the_loop_is_busy(run: Callable[..., Run]) -> 
     assert len(r.synced) == 2
 
 
-def test_batch_defers_a_sync_no_longer_than_the_linger(run: Callable[..., Run]) -> None:
-    # Linger 1 s, a write every 0.125 s and a loop that never goes idle: the thread writes
-    # them as they come and syncs once a second has passed since it took the first write
-    # of its batch; then it starts the next batch with the next write.
-    r = run("batch", 1_000, Timeline())
-    for token in range(1, 17):
-        r.submit_at((token - 1) * 0.125, token)
-    assert r.play() == [(1.0, list(range(1, 10))), (2.125, list(range(10, 17)))]
-    assert len(r.synced) == 2
-
-
 def test_always_syncs_what_queued_during_a_sync_at_once(run: Callable[..., Run]) -> None:
     # Group commit: 2 and 3 queue while 1 is synced (0.5 s) and are synced together the
     # moment that sync is over; 4 comes during theirs and goes next. Nothing waits for the
     # loop or for more writes to come.
-    r = run("always", 3_600_000, Timeline(), sync_s=[0.5, 0.5])
+    r = run("always", Timeline(), sync_s=[0.5, 0.5])
     for token, at in ((1, 0.0), (2, 0.1), (3, 0.2), (4, 0.9), (5, 1.6)):
         r.submit_at(at, token)
     assert r.play() == [(0.5, [1]), (1.0, [2, 3]), (1.0, [4]), (1.6, [5])]
@@ -285,7 +262,7 @@ def test_batch_syncs_what_queued_during_a_sync_once_the_loop_is_idle(
 ) -> None:
     # 2 and 3 come while 1 is synced (0.5 s), and the loop goes idle after them: they are
     # written and synced together the moment that sync is over.
-    r = run("batch", 3_600_000, Timeline(), sync_s=[0.5])
+    r = run("batch", Timeline(), sync_s=[0.5])
     for token, at in ((1, 0.0), (2, 0.1), (3, 0.2)):
         r.submit_at(at, token)
     for at in (0.0, 0.3):
@@ -294,33 +271,27 @@ def test_batch_syncs_what_queued_during_a_sync_once_the_loop_is_idle(
     assert len(r.synced) == 2
 
 
-def test_batch_syncs_the_writes_before_one_that_fails(
+def test_a_failed_write_refuses_its_batch(
     run: Callable[..., Run], caplog: pytest.LogCaptureFixture
 ) -> None:
-    # 2 queues while 1 is written and its write fails (a full disk): 1 is synced and
-    # acknowledged, 2 refused; the log holds 1 alone.
-    r = run("batch", 3_600_000, Timeline(), write_s=[0.25])
-    append = r.log.append
-    calls = iter((append, None))
+    # 1 and 2 are handed over together when the loop goes idle, and their write fails (a
+    # full disk): both are refused, nothing is synced, and the failure is logged.
+    r = run("batch", Timeline())
 
-    def failing_second(data: bytes, records: int) -> None:
-        write = next(calls)
-        if write is None:
-            raise OSError(28, "No space left on device")
-        write(data, records)
+    def failing(data: bytes, records: int) -> None:
+        raise OSError(28, "No space left on device")
 
-    r.log.append = failing_second  # type: ignore[method-assign]
+    r.log.append = failing  # type: ignore[method-assign]
     r.submit_at(0.0, 1)
     r.submit_at(0.125, 2)
     r.idle_at(0.25)
-    assert r.play() == [(0.25, [1])]
-    assert r.refused == [2] and len(r.synced) == 1
-    assert len(segment.scan(next(r.log.path.glob("*.log")).read_bytes()).records) == 1
+    assert r.play() == []
+    assert r.refused == [1, 2] and r.synced == []
     assert "cannot write the offsets log" in caplog.text
 
 
 def test_never_does_not_sync(run: Callable[..., Run]) -> None:
-    r = run("never", 5)
+    r = run("never")
     for token in (1, 2):
         r.appender.submit(token, frames(token))
     r.wait_for(2)
