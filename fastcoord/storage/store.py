@@ -149,8 +149,12 @@ class OffsetsStore:
         while True:
             await self._appended.wait()
             self._appended = trio.Event()
-            with trio.move_on_after(linger_s):
-                await trio.testing.wait_all_tasks_blocked()
+            # Woken in the loop's pass after the append's: with nothing else to run then,
+            # the loop is idle already (a pass fewer for a lone commit); else wait for it.
+            stats = trio.lowlevel.current_statistics()
+            if stats.tasks_runnable or stats.run_sync_soon_queue_size:
+                with trio.move_on_after(linger_s):
+                    await trio.testing.wait_all_tasks_blocked()
             if self.appender is not None:
                 self.appender.idle()
 
