@@ -112,8 +112,8 @@ class ServerConfig(
         Doc(
             OFFSETS_LOG,
             "when a write is synced before it is acknowledged: always (at once), batch (group "
-            "commit: synced once the event loop is idle, with what it handled meanwhile), "
-            "never (acknowledged once the OS has it)",
+            "commit: what comes during a sync is synced together once the event loop is "
+            "idle), never (acknowledged once the OS has it)",
         ),
     ] = "batch"
     group_coordinator_append_linger_ms: Annotated[
@@ -121,7 +121,7 @@ class ServerConfig(
         _int(0),
         Doc(
             OFFSETS_LOG,
-            "fsync batch: the longest a sync is deferred for writes queued meanwhile",
+            "fsync batch: the longest writes are held while the event loop is busy",
             "ms",
         ),
     ] = 5

@@ -11,17 +11,19 @@ Policies (`fsync`):
 - always: every write is synced before it is acknowledged, at once; what is queued while
   the thread writes and syncs is written and synced together as soon as that sync is over
   (group commit: nothing waits for more writes to come);
-- batch (default): group commit, synced when the event loop is idle. Submissions are held
-  on the event loop's side until it has nothing left to run (`idle()`, from the store's
-  watcher), then handed over together, written and synced at once. A busy loop is still
-  handling requests whose writes will share that sync; an idle one has nothing to add,
-  and waiting longer would only keep its clients waiting. So a lone commit is synced as
-  soon as the loop has handled it, and 64 commits in flight on a connection are written
-  and synced together once the loop has read and handled them, rather than a few at a
-  time as they arrive: a sync costs this machine tens of microseconds of CPU whatever it
-  holds, and the thread wakes once per sync rather than once per write, while the loop
-  waits anyway. The watcher also hands over what is held once the linger
-  (group.coordinator.append.linger.ms) has passed, for a loop that stays busy;
+- batch (default): group commit, deferred while the event loop is busy. A write that
+  finds nothing under way (no write or sync, nothing held) is handed to the thread and
+  synced at once, so a lone commit waits for one write and one sync. What comes while a
+  write and sync are under way is held on the event loop's side until the loop has
+  nothing left to run (`idle()`, from the store's watcher), then handed over together and
+  written and synced at once. A busy loop is still handling requests whose writes will
+  share that sync; an idle one has nothing to add, and waiting longer would only keep its
+  clients waiting. So 64 commits in flight on a connection are synced in a couple of
+  groups a window rather than a few at a time as they arrive (group commit alone): a
+  sync costs this machine tens of microseconds of CPU whatever it holds, and the thread
+  wakes once per sync rather than once per write. The watcher also hands over what is
+  held once the linger (group.coordinator.append.linger.ms) has passed, for a loop that
+  stays busy;
 - never: acknowledged once written to the operating system (a crash of the machine, not
   of the process, can lose it).
 
@@ -94,14 +96,17 @@ class Appender:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, token: int, frames: dict[int, tuple[bytes, int]]) -> None:
+    def submit(self, token: int, frames: dict[int, tuple[bytes, int]]) -> bool:
         """Write `frames` ({partition: (framed records, count)}); report `token` when done.
-        Under batch, held until idle()."""
+        True when held for the next idle() (batch, while a write or sync is under way or
+        others are held); else handed to the thread at once."""
+        under_way = self.pending - len(self._held)  # handed over, not yet reported
         self.pending += 1
-        if self.policy == "batch":
+        if self.policy == "batch" and (under_way or self._held):
             self._held.append((token, frames))
-        else:
-            self._queue.put((token, frames))
+            return True
+        self._queue.put((token, frames))
+        return False
 
     @property
     def held(self) -> int:

@@ -103,8 +103,8 @@ class OffsetsStore:
         }
         self.lock = DataDirLock(data_dir)
         self.appender: Appender | None = None
-        # fsync batch: set by each append, for watch_idle to tell the appender when the
-        # event loop has gone idle after it.
+        # fsync batch: set by each append the appender holds, for watch_idle to hand
+        # them over when the event loop has gone idle after it.
         self._appended = trio.Event() if policy == "batch" else None
         self.cleaner = (
             None
@@ -141,8 +141,8 @@ class OffsetsStore:
 
     async def watch_idle(self) -> None:
         """fsync batch, until cancelled: each time the event loop has nothing left to run
-        after appends, or the linger has passed since the first of them, hand them to the
-        appender to be written and synced together (appender.py says why)."""
+        after appends the appender holds, or the linger has passed since the first of them,
+        hand them over to be written and synced together (appender.py says why)."""
         if self._appended is None:
             return
         linger_s = self.linger_ms / 1000
@@ -175,9 +175,9 @@ class OffsetsStore:
             if partition is None:
                 partition = partitions[group] = partition_of(group)
             by_partition[partition].append(record)
-        self.appender.submit(token, {p: frames(rs) for p, rs in by_partition.items()})
+        held = self.appender.submit(token, {p: frames(rs) for p, rs in by_partition.items()})
         appended = self._appended
-        if appended is not None and not appended.is_set():
+        if held and appended is not None and not appended.is_set():
             appended.set()
 
     def close(self) -> None:

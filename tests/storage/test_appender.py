@@ -211,39 +211,39 @@ def run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
             r.appender.close()
 
 
-def test_batch_syncs_a_lone_write_once_the_loop_is_idle(run: Callable[..., Run]) -> None:
-    """A client committing one request at a time, in real time: the event loop hands over
-    each write and goes idle, and the write is synced then."""
+def test_batch_syncs_a_lone_write_at_once(run: Callable[..., Run]) -> None:
+    """A client committing one request at a time, in real time: each write finds nothing
+    under way and is synced at once, without waiting for the loop to go idle."""
     r = run("batch")
     for token in range(1, 4):
         r.appender.submit(token, frames(token))
-        r.appender.idle()
         r.wait_for(token)
     assert r.batches() == [[1], [2], [3]] and len(r.synced) == 3
 
 
-def test_batch_syncs_a_lone_write_once_the_loop_is_idle_in_simulated_time(
-    run: Callable[..., Run],
-) -> None:
+def test_batch_syncs_a_lone_write_at_once_in_simulated_time(run: Callable[..., Run]) -> None:
     r = run("batch", Timeline())
     for token, at in enumerate((0.0, 1.0, 2.5), start=1):
         r.submit_at(at, token)
-        r.idle_at(at)
     assert r.play() == [(0.0, [1]), (1.0, [2]), (2.5, [3])]
     assert r.synced == [0.0, 1.0, 2.5]
 
 
-def test_batch_defers_a_sync_while_the_loop_is_busy(run: Callable[..., Run]) -> None:
-    # The loop hands over 1, 2 and 3 while it handles a burst and goes idle at 0.3: one
-    # sync for the three. 4 comes alone later. An idle loop with nothing written (at 0.4)
-    # changes nothing.
-    r = run("batch", Timeline())
-    for token, at in ((1, 0.0), (2, 0.1), (3, 0.2), (4, 0.5)):
+def test_batch_holds_what_comes_during_a_sync_until_the_loop_is_idle(
+    run: Callable[..., Run],
+) -> None:
+    # 1 finds nothing under way and is synced at once (0.5 s). 2 and 3 come during that
+    # sync and are held; the loop goes idle at 0.3 and hands them over: they share the
+    # next sync, the moment the first is over. 5 comes while 4 is held and the loop is
+    # still busy: it is held too, behind 4, until the loop goes idle at 0.9. An idle
+    # moment with nothing held (0.4) changes nothing.
+    r = run("batch", Timeline(), sync_s=[0.5])
+    for token, at in ((1, 0.0), (2, 0.1), (3, 0.2), (4, 0.45), (5, 0.7)):
         r.submit_at(at, token)
-    for at in (0.3, 0.4, 0.5):
+    for at in (0.3, 0.4, 0.9):
         r.idle_at(at)
-    assert r.play() == [(0.3, [1, 2, 3]), (0.5, [4])]
-    assert len(r.synced) == 2
+    assert r.play() == [(0.5, [1]), (0.5, [2, 3]), (0.9, [4, 5])]
+    assert len(r.synced) == 3
 
 
 def test_always_syncs_what_queued_during_a_sync_at_once(run: Callable[..., Run]) -> None:
@@ -257,25 +257,11 @@ def test_always_syncs_what_queued_during_a_sync_at_once(run: Callable[..., Run])
     assert len(r.synced) == 4
 
 
-def test_batch_syncs_what_queued_during_a_sync_once_the_loop_is_idle(
-    run: Callable[..., Run],
-) -> None:
-    # 2 and 3 come while 1 is synced (0.5 s), and the loop goes idle after them: they are
-    # written and synced together the moment that sync is over.
-    r = run("batch", Timeline(), sync_s=[0.5])
-    for token, at in ((1, 0.0), (2, 0.1), (3, 0.2)):
-        r.submit_at(at, token)
-    for at in (0.0, 0.3):
-        r.idle_at(at)
-    assert r.play() == [(0.5, [1]), (0.5, [2, 3])]
-    assert len(r.synced) == 2
-
-
 def test_a_failed_write_refuses_its_batch(
     run: Callable[..., Run], caplog: pytest.LogCaptureFixture
 ) -> None:
-    # 1 and 2 are handed over together when the loop goes idle, and their write fails (a
-    # full disk): both are refused, nothing is synced, and the failure is logged.
+    # 1's write fails (a full disk), and 2's, held meanwhile and handed over when the loop
+    # goes idle: both are refused, nothing is synced, and the failure is logged.
     r = run("batch", Timeline())
 
     def failing(data: bytes, records: int) -> None:
