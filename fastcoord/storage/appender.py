@@ -108,11 +108,6 @@ class Appender:
         self._queue.put((token, frames))
         return False
 
-    @property
-    def held(self) -> int:
-        """Submissions held for the next idle() (batch)."""
-        return len(self._held)
-
     def idle(self) -> None:
         """The event loop has nothing left to run, or the linger is over: hand what is
         held to the thread, to be written and synced together (batch)."""
