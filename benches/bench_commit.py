@@ -664,6 +664,7 @@ def measure(rounds: int = ROUNDS, window: int = WINDOW) -> dict[str, Any]:
             **loopback.cpu_shares(piped),
             "rounds_pipelined_rate": [m.offsets_rate for m in piped],
             "rounds_p50_us": [m.percentile_us(0.5) for m in one],
+            "rounds_p99_us": [m.percentile_us(0.99) for m in one],
             "requests": sum(m.requests for m in one + piped),
             "errors": errors,
             "load_ms": sessions[name].load_ms,
@@ -678,6 +679,7 @@ def measure(rounds: int = ROUNDS, window: int = WINDOW) -> dict[str, Any]:
         fc, mock = figures[f"fsync-{policy}"], figures["mock"]
         figures[f"ratio_pipelined_{policy}"] = fc["pipelined_rate"] / mock["pipelined_rate"]
         figures[f"ratio_p50_{policy}"] = fc["p50_us"] / mock["p50_us"]
+        figures[f"ratio_p99_{policy}"] = fc["p99_us"] / mock["p99_us"]
     return figures
 
 
@@ -743,6 +745,12 @@ def _add_tracks() -> None:
                 f"{label}: p50 commit round trip, one request in flight.",
             ),
             (
+                f"track_{key}_one_in_flight_p99",
+                _figure(name, "p99_us"),
+                "us",
+                f"{label}: p99 commit round trip, one request in flight.",
+            ),
+            (
                 f"track_{key}_pipelined_cpu_per_offset",
                 _figure(name, "pipelined_cpu_us"),
                 "us",
@@ -776,6 +784,12 @@ def _add_tracks() -> None:
                 "ratio",
                 f"p50 commit round trip, fastcoord --fsync {policy} / mock.",
             ),
+            (
+                f"track_ratio_p99_fsync_{policy}_over_mock",
+                _figure(f"ratio_p99_{policy}"),
+                "ratio",
+                f"p99 commit round trip, fastcoord --fsync {policy} / mock.",
+            ),
         ]
     for attr, get, unit, doc in tracks:
         setattr(CommitLoopback, attr, _track(attr, get, unit, doc))
@@ -799,9 +813,9 @@ def report(figures: dict[str, Any]) -> str:
         f"{figures['load_before']}, after {figures['load_after']}",
         "",
         f"| peer | pipelined ({figures['window']} in flight) offsets/s | / mock | "
-        "one in flight p50 | / mock | p99 | one in flight offsets/s | server CPU per offset, "
-        "pipelined (cores used) | error partitions |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "one in flight p50 | / mock | p99 | / mock | one in flight offsets/s | server CPU per "
+        "offset, pipelined (cores used) | error partitions |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in PEERS:
         f = figures[name]
@@ -813,9 +827,11 @@ def report(figures: dict[str, Any]) -> str:
         errors = ", ".join(f"{n} x error {c}" for c, n in sorted(f["errors"].items())) or "none"
         rate_ratio = f["pipelined_rate"] / mock["pipelined_rate"]
         p50_ratio = f["p50_us"] / mock["p50_us"]
+        p99_ratio = f["p99_us"] / mock["p99_us"]
         lines.append(
             f"| {LABELS[name]} | {f['pipelined_rate']:,.0f} | {rate_ratio:.2f}x | "
             f"{f['p50_us']:,.0f} us | {p50_ratio:.2f}x | {f['p99_us']:,.0f} us | "
+            f"{p99_ratio:.2f}x | "
             f"{f['one_in_flight_rate']:,.0f} | {cpu} | {errors} of "
             f"{f['requests'] * PARTITIONS:,} |"
         )
@@ -826,6 +842,8 @@ def report(figures: dict[str, Any]) -> str:
             + ", ".join(f"{v:,.0f}" for v in figures[name]["rounds_pipelined_rate"])
             + " offsets/s; p50 "
             + ", ".join(f"{v:,.0f}" for v in figures[name]["rounds_p50_us"])
+            + " us; p99 "
+            + ", ".join(f"{v:,.0f}" for v in figures[name]["rounds_p99_us"])
             + " us"
             for name in PEERS
         ),

@@ -7,7 +7,10 @@ member table of 10,000 members, 100 of them heartbeating on one connection);
 `core-compiled` / `core-twin` time Coordinator.heartbeat over 10,000 loaded members;
 `commit-server` times OffsetCommit v8 requests of 100 partitions through a whole
 server in this process (connection, codec, core, the in-memory store, the answer), 64 in
-flight on a socket pair: per request, with whatever FASTCOORD_NO_EXTENSIONS selects.
+flight on a socket pair: per request, with whatever FASTCOORD_NO_EXTENSIONS selects;
+`commit-server-log` the same with the offsets log of `--fsync batch` in a temporary
+directory (its appender thread and the store's watcher counted too; the kernel's write
+and sync are not).
 
 Shared machines change speed by 2x from one minute to the next; instruction counts do not.
 Run under callgrind twice with different iteration counts; the difference divided by the
@@ -39,6 +42,7 @@ MODES = [
     "core-compiled",
     "core-twin",
     "commit-server",
+    "commit-server-log",
     "answer-table",
 ]
 RUN = 100  # heartbeats per receive buffer in the answer modes
@@ -54,8 +58,12 @@ def core(n: int, impl: str) -> None:
         beat(group_id, member, 1, None, 4, NOW + 1000)
 
 
-def commit_server(n: int, window: int = 64) -> None:
-    """n OffsetCommit requests through a Server and its Connection, on a socket pair."""
+def commit_server(n: int, window: int = 64, durable: bool = False) -> None:
+    """n OffsetCommit requests through a Server and its Connection, on a socket pair
+    (`durable`: with the offsets log of --fsync batch in a temporary directory)."""
+    import tempfile
+    from pathlib import Path
+
     import trio
 
     from benches.bench_commit import CommitRing
@@ -63,18 +71,26 @@ def commit_server(n: int, window: int = 64) -> None:
     from fastcoord.server.app import Server
     from fastcoord.server.connection import Connection
     from fastcoord.storage.memory import MemoryStore
+    from fastcoord.storage.store import OffsetsStore, Store
 
     ring = CommitRing(window)
     answer_len = 4 + int.from_bytes(answer_prefix(ring), "big")
 
-    async def main() -> None:
-        config = ServerConfig(in_memory=True)
-        store = MemoryStore(config.offsets_topic_num_partitions)
+    async def main(data_dir: Path | None) -> None:
+        config = ServerConfig(in_memory=data_dir is None)
+        partitions = config.offsets_topic_num_partitions
+        store: Store
+        if data_dir is None:
+            store = MemoryStore(partitions)
+        else:
+            store = OffsetsStore(data_dir, partitions, 1 << 30, "batch", 5)
+            store.open()
         server = Server(config, store, max_connections=10)
         store.start(trio.lowlevel.current_trio_token().run_sync_soon, server.appended)
         ours, theirs = trio.socket.socketpair()
         connection = Connection(server, trio.SocketStream(ours), "127.0.0.1:1")
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.watch_idle)
             nursery.start_soon(connection.run)
             sent = received = 0
             pending = 0
@@ -90,8 +106,13 @@ def commit_server(n: int, window: int = 64) -> None:
                 received += pending // answer_len
                 pending %= answer_len
             nursery.cancel_scope.cancel()
+        store.close()
 
-    trio.run(main)
+    if not durable:
+        trio.run(main, None)
+        return
+    with tempfile.TemporaryDirectory(prefix="fastcoord-count-") as d:
+        trio.run(main, Path(d))
 
 
 def answer_prefix(ring: object) -> bytes:
@@ -142,8 +163,8 @@ def main() -> None:
     if mode.startswith("core-"):
         core(n, mode.removeprefix("core-"))
         return
-    if mode == "commit-server":
-        commit_server(n)
+    if mode in ("commit-server", "commit-server-log"):
+        commit_server(n, durable=mode == "commit-server-log")
         return
     if mode == "answer-table":
         answer_table(n)

@@ -111,15 +111,19 @@ class ServerConfig(
         Literal["always", "batch", "never"],
         Doc(
             OFFSETS_LOG,
-            "when a write is synced before it is acknowledged: always, batch (a write "
-            "queued alone is synced at once; writes queued together share one sync), never "
-            "(acknowledged once the OS has it)",
+            "when a write is synced before it is acknowledged: always (at once), batch (group "
+            "commit: what comes during a sync is synced together once the event loop is "
+            "idle), never (acknowledged once the OS has it)",
         ),
     ] = "batch"
     group_coordinator_append_linger_ms: Annotated[
         int,
         _int(0),
-        Doc(OFFSETS_LOG, "fsync batch: the longest wait for more writes to share a sync", "ms"),
+        Doc(
+            OFFSETS_LOG,
+            "fsync batch: the longest writes are held while the event loop is busy",
+            "ms",
+        ),
     ] = 5
     offsets_topic_segment_bytes: Annotated[
         int, _int(1024), Doc(OFFSETS_LOG, "log segments roll at this size", "bytes")

@@ -755,6 +755,7 @@ async def _serve(
     async with trio.open_nursery() as nursery:
         await nursery.start(server.parking.run)
         nursery.start_soon(server.clock)
+        nursery.start_soon(store.watch_idle)  # fsync batch: syncs when the loop is idle
         nursery.start_soon(server.load)
         nursery.start_soon(collector.run)
         if admin_listeners:

@@ -1,20 +1,29 @@
 """Appends to the partition logs, off the event loop: one thread writes and syncs.
 
 The server hands over each Result's records, already framed per coordinator partition,
-with the Result's append token. The thread takes whatever is queued, writes it, makes it
-durable under the fsync policy, and reports the tokens back to the Trio thread, which
-then lets the core acknowledge (Coordinator.complete_append). A slow disk therefore delays
-acknowledgements, never heartbeats.
+with the Result's append token. The thread takes whatever is queued, writes it (one write
+per partition), makes it durable under the fsync policy, and reports the tokens back to
+the Trio thread (one report per sync), which then lets the core acknowledge
+(Coordinator.complete_append). A slow disk therefore delays acknowledgements, never
+heartbeats.
 
 Policies (`fsync`):
-- always: every write is synced before it is acknowledged; whatever was queued meanwhile
-  shares the sync, but nothing waits to be shared;
-- batch (default): a write that is queued alone (nothing else waiting when the thread takes
-  it) is synced at once, so a client that commits one request at a time never waits; when
-  several are queued, writes arrive faster than they are synced, and the thread waits for
-  more to share one sync per partition, while they keep coming (a pause of a fifth of the
-  linger, group.coordinator.append.linger.ms, 5 ms, ends the wait) and for no longer than
-  the linger;
+- always: every write is synced before it is acknowledged, at once; what is queued while
+  the thread writes and syncs is written and synced together as soon as that sync is over
+  (group commit: nothing waits for more writes to come);
+- batch (default): group commit, deferred while the event loop is busy. A write that
+  finds nothing under way (no write or sync, nothing held) is handed to the thread and
+  synced at once, so a lone commit waits for one write and one sync. What comes while a
+  write and sync are under way is held on the event loop's side until the loop has
+  nothing left to run (`idle()`, from the store's watcher), then handed over together and
+  written and synced at once. A busy loop is still handling requests whose writes will
+  share that sync; an idle one has nothing to add, and waiting longer would only keep its
+  clients waiting. So 64 commits in flight on a connection are synced in a couple of
+  groups a window rather than a few at a time as they arrive (group commit alone): a
+  sync costs this machine tens of microseconds of CPU whatever it holds, and the thread
+  wakes once per sync rather than once per write. The watcher also hands over what is
+  held once the linger (group.coordinator.append.linger.ms) has passed, for a loop that
+  stays busy;
 - never: acknowledged once written to the operating system (a crash of the machine, not
   of the process, can lose it).
 
@@ -42,8 +51,8 @@ log = logging.getLogger("fastcoord.storage")
 Policy = Literal["always", "batch", "never"]
 Done = Callable[[list[int], ErrorCode], None]
 ERROR_LOG_INTERVAL_S = 10.0
-LINGER_GAPS = 5  # batch: a pause of linger / LINGER_GAPS between writes ends the wait
-Item = tuple[int, dict[int, tuple[bytes, int]]] | None  # (token, frames); None: close
+Submission = tuple[int, dict[int, tuple[bytes, int]]]  # (token, {partition: (frames, count)})
+Item = Submission | list[Submission] | None  # a submission, those held (batch), or close
 
 
 class Inbox(Protocol):
@@ -61,28 +70,25 @@ class Appender:
         self,
         logs: dict[int, PartitionLog],
         policy: Policy,
-        linger_ms: int,
         report: Callable[[Callable[[], None]], None],
         done: Done,
         *,
-        clock: Callable[[], float] = time.monotonic,
         inbox: Inbox | None = None,
     ) -> None:
         """`report(fn)` must run fn on the event loop's thread (TrioToken.run_sync_soon);
-        `done(tokens, error)` is what it runs. `clock` and `inbox` are the time and the
-        queue that batching goes by: a test gives its own, in which waiting passes
-        simulated time, to decide which writes share a sync without racing the machine."""
+        `done(tokens, error)` is what it runs. `inbox` is the queue that batching goes by:
+        a test gives its own, in which waiting passes simulated time, to decide which
+        writes share a sync without racing the machine."""
         self.logs = logs
         self.policy = policy
-        self.linger_s = linger_ms / 1000
         self._report = report
         self._done = done
-        self._clock = clock
         self._queue: Inbox = queue.SimpleQueue() if inbox is None else inbox
         self._thread = threading.Thread(target=self._run, name="fastcoord-appender", daemon=True)
         self._failures = 0
         self._last_error_log = 0.0
         self.pending = 0  # tokens submitted and not yet reported
+        self._held: list[Submission] = []  # batch: submitted, for the next idle()
         # Each write of a batch, and each sync: read by the metrics endpoint.
         self.append_timings = Timings(DISK_BUCKETS_S)
         self.fsync_timings = Timings(DISK_BUCKETS_S)
@@ -90,13 +96,28 @@ class Appender:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, token: int, frames: dict[int, tuple[bytes, int]]) -> None:
-        """Write `frames` ({partition: (framed records, count)}); report `token` when done."""
+    def submit(self, token: int, frames: dict[int, tuple[bytes, int]]) -> bool:
+        """Write `frames` ({partition: (framed records, count)}); report `token` when done.
+        True when held for the next idle() (batch, while a write or sync is under way or
+        others are held); else handed to the thread at once."""
+        under_way = self.pending - len(self._held)  # handed over, not yet reported
         self.pending += 1
+        if self.policy == "batch" and (under_way or self._held):
+            self._held.append((token, frames))
+            return True
         self._queue.put((token, frames))
+        return False
+
+    def idle(self) -> None:
+        """The event loop has nothing left to run, or the linger is over: hand what is
+        held to the thread, to be written and synced together (batch)."""
+        if self._held:
+            held, self._held = self._held, []
+            self._queue.put(held)
 
     def close(self) -> None:
-        """Finish what is queued, then stop the thread and close the logs."""
+        """Finish what is queued and held, then stop the thread and close the logs."""
+        self.idle()
         self._queue.put(None)
         self._thread.join()
         for partition_log in self.logs.values():
@@ -110,71 +131,77 @@ class Appender:
             first = self._queue.get()
             if first is None:
                 break
-            batch = [first]
-            stopping = self._gather(batch, 0.0, 0.0)  # what is queued already
-            if self.policy == "batch" and len(batch) > 1 and not stopping:
-                # Writes arrive faster than they are synced: wait for more to share the
-                # sync, while they keep coming (a pause of a fifth of the linger ends the
-                # wait) and for no longer than the linger. A lone write is synced at once.
-                stopping = self._gather(
-                    batch, self._clock() + self.linger_s, self.linger_s / LINGER_GAPS
-                )
-            error = self._write(batch)
-            self._report(functools.partial(self._finish, [token for token, _ in batch], error))
+            batch = first if isinstance(first, list) else [first]
+            stopping = self._take_queued(batch)
+            written: set[int] = set()
+            error = self._write(batch, written)
+            if error == ErrorCode.NONE and self.policy != "never":
+                error = self._sync(written, len(batch))
+            tokens = [token for token, _ in batch]
+            self._report(functools.partial(self._finish, tokens, error))
 
-    def _gather(
-        self, batch: list[tuple[int, dict[int, tuple[bytes, int]]]], until: float, gap: float
-    ) -> bool:
-        """Add to `batch` what is queued, and what comes before `until` (a time of the
-        clock) with no pause longer than `gap`; True if close() was asked for meanwhile."""
+    def _take_queued(self, batch: list[Submission]) -> bool:
+        """Add to `batch` what is queued now; True if close() was asked for meanwhile."""
+        get = self._queue.get_nowait
         while True:
-            remaining = min(until - self._clock(), gap)
             try:
-                if remaining > 0:
-                    item = self._queue.get(timeout=remaining)
-                else:
-                    item = self._queue.get_nowait()
+                item = get()
             except queue.Empty:
                 return False
             if item is None:
                 return True
-            batch.append(item)
+            if isinstance(item, list):
+                batch += item
+            else:
+                batch.append(item)
 
     def _finish(self, tokens: list[int], error: ErrorCode) -> None:
         self.pending -= len(tokens)
         self._done(tokens, error)
 
-    def _write(self, batch: list[tuple[int, dict[int, tuple[bytes, int]]]]) -> ErrorCode:
-        # One write per partition for the whole batch: fewer system calls, and fewer
-        # partly written pages for the kernel to zero and fill.
-        writes: dict[int, tuple[list[bytes], int]] = {}
-        for _, frames in batch:
-            for partition, (data, count) in frames.items():
-                parts, records = writes.get(partition) or ([], 0)
-                parts.append(data)
-                writes[partition] = (parts, records + count)
+    def _write(self, batch: list[Submission], written: set[int]) -> ErrorCode:
+        """Write `batch`, one write per partition (fewer system calls, and fewer partly
+        written pages for the kernel to zero and fill); add the partitions to `written`."""
+        if len(batch) == 1:
+            writes = {p: ([data], count) for p, (data, count) in batch[0][1].items()}
+        else:
+            writes = {}
+            for _, frames in batch:
+                for partition, (data, count) in frames.items():
+                    parts, records = writes.get(partition) or ([], 0)
+                    parts.append(data)
+                    writes[partition] = (parts, records + count)
         try:
             started = time.perf_counter_ns()
             for partition, (parts, records) in writes.items():
                 self.logs[partition].append(
                     parts[0] if len(parts) == 1 else b"".join(parts), records
                 )
-            written = time.perf_counter_ns()
-            self.append_timings.observe_ns(written - started)
-            if self.policy != "never":
-                for partition in writes:
-                    self.logs[partition].sync()
-                self.fsync_timings.observe_ns(time.perf_counter_ns() - written)
+                written.add(partition)
+            self.append_timings.observe_ns(time.perf_counter_ns() - started)
         except OSError as exc:
-            self._failures += len(batch)
-            now = time.monotonic()
-            if now - self._last_error_log >= ERROR_LOG_INTERVAL_S:
-                log.error(
-                    "cannot write the offsets log: %s; %d writes refused since the last report",
-                    exc,
-                    self._failures,
-                )
-                self._last_error_log = now
-                self._failures = 0
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return self._failed(exc, len(batch))
         return ErrorCode.NONE
+
+    def _sync(self, written: set[int], writes: int) -> ErrorCode:
+        try:
+            started = time.perf_counter_ns()
+            for partition in written:
+                self.logs[partition].sync()
+            self.fsync_timings.observe_ns(time.perf_counter_ns() - started)
+        except OSError as exc:
+            return self._failed(exc, writes)
+        return ErrorCode.NONE
+
+    def _failed(self, exc: OSError, writes: int) -> ErrorCode:
+        self._failures += writes
+        now = time.monotonic()
+        if now - self._last_error_log >= ERROR_LOG_INTERVAL_S:
+            log.error(
+                "cannot write the offsets log: %s; %d writes refused since the last report",
+                exc,
+                self._failures,
+            )
+            self._last_error_log = now
+            self._failures = 0
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE

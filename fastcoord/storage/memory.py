@@ -39,6 +39,9 @@ class MemoryStore:
         self._report = report
         self._done = done
 
+    async def watch_idle(self) -> None:
+        pass  # nothing waits for a sync
+
     def loaded(self, partition: int) -> None:
         pass
 

@@ -16,6 +16,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+import trio
+import trio.testing
+
 from fastcoord.core.records import LogEntry, OffsetCommits, Record
 from fastcoord.storage import segment
 from fastcoord.storage.appender import Appender, Done, Policy
@@ -38,6 +41,8 @@ class Store(Protocol):
     def recover(self, partition: int) -> list[Record]: ...
 
     def start(self, report: Callable[[Callable[[], None]], None], done: Done) -> None: ...
+
+    async def watch_idle(self) -> None: ...
 
     def loaded(self, partition: int) -> None: ...
 
@@ -98,6 +103,9 @@ class OffsetsStore:
         }
         self.lock = DataDirLock(data_dir)
         self.appender: Appender | None = None
+        # fsync batch: set by each append the appender holds, for watch_idle to hand
+        # them over when the event loop has gone idle after it.
+        self._appended = trio.Event() if policy == "batch" else None
         self.cleaner = (
             None
             if cleaner is None
@@ -126,10 +134,29 @@ class OffsetsStore:
         return self.logs[partition].recover(self.truncate_damaged)
 
     def start(self, report: Callable[[Callable[[], None]], None], done: Done) -> None:
-        self.appender = Appender(self.logs, self.policy, self.linger_ms, report, done)
+        self.appender = Appender(self.logs, self.policy, report, done)
         self.appender.start()
         if self.cleaner is not None:
             self.cleaner.start()
+
+    async def watch_idle(self) -> None:
+        """fsync batch, until cancelled: each time the event loop has nothing left to run
+        after appends the appender holds, or the linger has passed since the first of them,
+        hand them over to be written and synced together (appender.py says why)."""
+        if self._appended is None:
+            return
+        linger_s = self.linger_ms / 1000
+        while True:
+            await self._appended.wait()
+            self._appended = trio.Event()
+            # Woken in the loop's pass after the append's: with nothing else to run then,
+            # the loop is idle already (a pass fewer for a lone commit); else wait for it.
+            stats = trio.lowlevel.current_statistics()
+            if stats.tasks_runnable or stats.run_sync_soon_queue_size:
+                with trio.move_on_after(linger_s):
+                    await trio.testing.wait_all_tasks_blocked()
+            if self.appender is not None:
+                self.appender.idle()
 
     def loaded(self, partition: int) -> None:
         """`partition` has been recovered: the cleaner may now rewrite its closed segments."""
@@ -148,7 +175,10 @@ class OffsetsStore:
             if partition is None:
                 partition = partitions[group] = partition_of(group)
             by_partition[partition].append(record)
-        self.appender.submit(token, {p: frames(rs) for p, rs in by_partition.items()})
+        held = self.appender.submit(token, {p: frames(rs) for p, rs in by_partition.items()})
+        appended = self._appended
+        if held and appended is not None and not appended.is_set():
+            appended.set()
 
     def close(self) -> None:
         """Stop the cleaner (a pass cut short changes nothing), finish queued writes, close

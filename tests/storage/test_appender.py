@@ -1,11 +1,13 @@
 """The appender's fsync policies: what is synced when, and which writes share a sync.
 
 Real partition logs in a temporary directory; PartitionLog.sync is wrapped to count the
-syncs. Which writes share a sync depends on when they arrive relative to the syncs and to
-the linger, so the tests that decide it run the appender's thread in simulated time (a
-Timeline): each write arrives at the time the test gives it, a sync takes the time the
-test gives it, and a wait for the next write passes time rather than taking it. The
-batches then follow from the appender's rules alone, however slow or busy the machine.
+syncs. Which writes share a sync depends on when they arrive relative to the syncs and, under
+batch, to the moments the event loop goes idle, so the tests that decide it run the
+appender's thread in simulated time (a Timeline): each write arrives, and the loop goes
+idle, at the times the test gives, a sync takes the time the test gives it, and a wait for
+the next write passes time rather than taking it. The batches then follow from the
+appender's rules alone, however slow or busy the machine. (The linger, a bound the store's
+watcher keeps on the event loop, is tested with the store.)
 """
 
 from __future__ import annotations
@@ -100,20 +102,22 @@ class Timeline:
 class Run:
     """An appender over one partition log, its reports, and its syncs: in real time, or
     in a Timeline's simulated time, where a sync takes the time that `sync_s` gives it
-    (the first sync the first figure, and so on; the rest take none)."""
+    (the first sync the first figure, and so on; the rest take none), and a write the time
+    that `write_s` gives it."""
 
     def __init__(
         self,
         tmp_path: Path,
         policy: Policy,
-        linger_ms: int,
         timeline: Timeline | None = None,
         sync_s: Sequence[float] = (),
+        write_s: Sequence[float] = (),
     ) -> None:
         self.timeline = timeline
         self.started = False
         self.reports: list[tuple[float, list[int]]] = []  # (time, tokens)
         self.synced: list[float] = []
+        self.refused: list[int] = []  # tokens reported with an error
         self.done = threading.Condition()
         self.log = PartitionLog(directory(tmp_path, 0), 1 << 20)
         sync = self.log.sync
@@ -126,18 +130,16 @@ class Run:
             self.synced.append(self.now())
 
         self.log.sync = counting_sync  # type: ignore[method-assign]
-        if timeline is None:
-            self.appender = Appender({0: self.log}, policy, linger_ms, self._report, self._done)
-        else:
-            self.appender = Appender(
-                {0: self.log},
-                policy,
-                linger_ms,
-                self._report,
-                self._done,
-                clock=timeline.clock,
-                inbox=timeline,
-            )
+        append = self.log.append
+        write_durations = deque(write_s)
+
+        def timed_append(data: bytes, records: int) -> None:
+            if timeline is not None and write_durations:
+                timeline.now += write_durations.popleft()
+            append(data, records)
+
+        self.log.append = timed_append  # type: ignore[method-assign]
+        self.appender = Appender({0: self.log}, policy, self._report, self._done, inbox=timeline)
 
     def start(self) -> None:
         self.appender.start()
@@ -151,11 +153,18 @@ class Run:
         assert self.timeline is not None
         self.timeline.at(when, lambda: self.appender.submit(token, frames(token)))
 
+    def idle_at(self, when: float) -> None:
+        """In simulated time: the event loop goes idle at `when`."""
+        assert self.timeline is not None
+        self.timeline.at(when, self.appender.idle)
+
     def _report(self, fn: Callable[[], None]) -> None:
         fn()  # on the appender's thread: enough here, there is no event loop
 
     def _done(self, tokens: list[int], error: ErrorCode) -> None:
-        assert error == ErrorCode.NONE
+        if error != ErrorCode.NONE:
+            self.refused.extend(tokens)
+            return
         with self.done:
             self.reports.append((self.now(), tokens))
             self.done.notify_all()
@@ -186,11 +195,11 @@ def run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
 
     def start(
         policy: Policy,
-        linger_ms: int,
         timeline: Timeline | None = None,
         sync_s: Sequence[float] = (),
+        write_s: Sequence[float] = (),
     ) -> Run:
-        r = Run(tmp_path / str(len(runs)), policy, linger_ms, timeline, sync_s)
+        r = Run(tmp_path / str(len(runs)), policy, timeline, sync_s, write_s)
         if timeline is None:
             r.start()  # else play() starts it, once the writes are scheduled
         runs.append(r)
@@ -203,9 +212,9 @@ def run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
 
 
 def test_batch_syncs_a_lone_write_at_once(run: Callable[..., Run]) -> None:
-    """A client committing one request at a time, in real time: each write is alone in the
-    queue, and is synced without waiting for the linger (an hour here, past WAIT_S)."""
-    r = run("batch", 3_600_000)
+    """A client committing one request at a time, in real time: each write finds nothing
+    under way and is synced at once, without waiting for the loop to go idle."""
+    r = run("batch")
     for token in range(1, 4):
         r.appender.submit(token, frames(token))
         r.wait_for(token)
@@ -213,73 +222,62 @@ def test_batch_syncs_a_lone_write_at_once(run: Callable[..., Run]) -> None:
 
 
 def test_batch_syncs_a_lone_write_at_once_in_simulated_time(run: Callable[..., Run]) -> None:
-    r = run("batch", 3_600_000, Timeline())
+    r = run("batch", Timeline())
     for token, at in enumerate((0.0, 1.0, 2.5), start=1):
         r.submit_at(at, token)
     assert r.play() == [(0.0, [1]), (1.0, [2]), (2.5, [3])]
     assert r.synced == [0.0, 1.0, 2.5]
 
 
-def test_batch_writes_queued_together_share_a_sync_while_more_keep_coming(
+def test_batch_holds_what_comes_during_a_sync_until_the_loop_is_idle(
     run: Callable[..., Run],
 ) -> None:
-    # Linger 5 s: a pause of 1 s ends the wait. The first sync takes 0.5 s, so 2 and 3
-    # queue up behind it; the thread takes them together at 0.5 and waits for more: 4 and
-    # 5 come within 1 s of the one before, and join them; then nothing for 1 s.
-    r = run("batch", 5_000, Timeline(), sync_s=[0.5])
-    for token, at in ((1, 0.0), (2, 0.1), (3, 0.2), (4, 0.9), (5, 1.6)):
+    # 1 finds nothing under way and is synced at once (0.5 s). 2 and 3 come during that
+    # sync and are held; the loop goes idle at 0.3 and hands them over: they share the
+    # next sync, the moment the first is over. 5 comes while 4 is held and the loop is
+    # still busy: it is held too, behind 4, until the loop goes idle at 0.9. An idle
+    # moment with nothing held (0.4) changes nothing.
+    r = run("batch", Timeline(), sync_s=[0.5])
+    for token, at in ((1, 0.0), (2, 0.1), (3, 0.2), (4, 0.45), (5, 0.7)):
         r.submit_at(at, token)
-    assert r.play() == [(0.5, [1]), (2.6, [2, 3, 4, 5])]
-    assert len(r.synced) == 2
-
-
-def test_batch_waits_no_longer_than_a_pause_of_a_fifth_of_the_linger(
-    run: Callable[..., Run],
-) -> None:
-    # Linger 3 s: the thread takes 2 and 3 at 0.3 s, when the first sync is over; nothing
-    # comes for a fifth of the linger (0.6 s), so they are synced at 0.9 s, long before
-    # the linger is over (3.3 s), and 4, at 1.5 s, goes alone.
-    r = run("batch", 3_000, Timeline(), sync_s=[0.3])
-    for token, at in ((1, 0.0), (2, 0.1), (3, 0.1), (4, 1.5)):
-        r.submit_at(at, token)
-    assert r.play() == [(0.3, [1]), (0.9, [2, 3]), (1.5, [4])]
+    for at in (0.3, 0.4, 0.9):
+        r.idle_at(at)
+    assert r.play() == [(0.5, [1]), (0.5, [2, 3]), (0.9, [4, 5])]
     assert len(r.synced) == 3
 
 
-def test_batch_waits_no_longer_than_the_linger_while_writes_keep_coming(
-    run: Callable[..., Run],
-) -> None:
-    # Linger 1 s: the thread takes what queued behind the first sync at 0.3 s and waits for
-    # more; a write every 0.1 s keeps the wait going until the linger ends it, at 1.3 s.
-    r = run("batch", 1_000, Timeline(), sync_s=[0.3])
-    arrivals = {1: 0.0} | {token: 0.05 + 0.1 * (token - 1) for token in range(2, 21)}
-    for token, at in arrivals.items():
+def test_always_syncs_what_queued_during_a_sync_at_once(run: Callable[..., Run]) -> None:
+    # Group commit: 2 and 3 queue while 1 is synced (0.5 s) and are synced together the
+    # moment that sync is over; 4 comes during theirs and goes next. Nothing waits for the
+    # loop or for more writes to come.
+    r = run("always", Timeline(), sync_s=[0.5, 0.5])
+    for token, at in ((1, 0.0), (2, 0.1), (3, 0.2), (4, 0.9), (5, 1.6)):
         r.submit_at(at, token)
-    reports = r.play()
-    assert reports[0] == (0.3, [1])
-    assert reports[1] == (1.3, [token for token, at in arrivals.items() if 0 < at <= 1.3])
-    # What comes after is taken alone, as nothing queues behind a sync that takes no time.
-    assert reports[2:] == [(round(arrivals[t], 9), [t]) for t in range(14, 21)]
+    assert r.play() == [(0.5, [1]), (1.0, [2, 3]), (1.0, [4]), (1.6, [5])]
+    assert len(r.synced) == 4
 
 
-@pytest.mark.parametrize(
-    ("policy", "batches"),
-    [("batch", [[1], [2, 3, 4]]), ("always", [[1], [2, 3], [4]])],
-)
-def test_always_never_waits_for_more(
-    run: Callable[..., Run], policy: Policy, batches: list[list[int]]
+def test_a_failed_write_refuses_its_batch(
+    run: Callable[..., Run], caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The same writes: 2 and 3 queue behind the first sync, 4 comes just after it. Batch
-    # waits for 4 to share their sync; always syncs 2 and 3 at once, and then 4.
-    r = run(policy, 2_000, Timeline(), sync_s=[0.3])
-    for token, at in ((1, 0.0), (2, 0.1), (3, 0.1), (4, 0.35)):
-        r.submit_at(at, token)
-    r.play()
-    assert r.batches() == batches and len(r.synced) == len(batches)
+    # 1's write fails (a full disk), and 2's, held meanwhile and handed over when the loop
+    # goes idle: both are refused, nothing is synced, and the failure is logged.
+    r = run("batch", Timeline())
+
+    def failing(data: bytes, records: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    r.log.append = failing  # type: ignore[method-assign]
+    r.submit_at(0.0, 1)
+    r.submit_at(0.125, 2)
+    r.idle_at(0.25)
+    assert r.play() == []
+    assert r.refused == [1, 2] and r.synced == []
+    assert "cannot write the offsets log" in caplog.text
 
 
 def test_never_does_not_sync(run: Callable[..., Run]) -> None:
-    r = run("never", 5)
+    r = run("never")
     for token in (1, 2):
         r.appender.submit(token, frames(token))
     r.wait_for(2)
