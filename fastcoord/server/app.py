@@ -26,6 +26,7 @@ import logging
 import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
@@ -63,7 +64,7 @@ from fastcoord.protocol.versions import api_versions_response
 from fastcoord.security.acl import Authorizer, binding_from_entry
 from fastcoord.security.listeners import Listener
 from fastcoord.security.sasl import Users
-from fastcoord.server import collector, startup
+from fastcoord.server import acceptor, collector, startup
 from fastcoord.server.admin import Admin
 from fastcoord.server.admin import serve as admin_serve
 from fastcoord.server.authorization import Authorization
@@ -89,6 +90,14 @@ events_log = logging.getLogger("fastcoord.events")
 # arms their sessions in the same millisecond, and fired at once they had paused the server
 # for 180-440 ms.
 TIMERS_PER_STEP = 1000
+# The most work of one kind done in a turn of the loop before the rest of the server runs
+# (the listener, the connections, the clock): a bound in time for the clock's timers, in
+# answers for a Result's delivery (a rebalance of 10,000 members completes in one Result),
+# in members for the consumer groups' target assignments.
+CLOCK_TURN_NS = 2_000_000
+TIMERS_PER_CALL = 64
+ANSWERS_PER_TURN = 500
+ASSIGNMENT_MEMBERS_PER_TURN = 2_000
 HEARTBEAT = int(ApiKey.HEARTBEAT)
 CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
@@ -136,6 +145,14 @@ class Server:
         self._applying = 0
         self._applied = 0  # Results delivered so far, the one being delivered included
         self._to_write: list[Connection] = []
+        # Answers of big Results not yet delivered, oldest first (see apply), and what
+        # wakes the task that delivers them.
+        self._deliveries: deque[list[tuple[Any, Any]]] = deque()
+        self._deliveries_added = trio.Event()
+        # Consumer groups' target assignments, once per batch of heartbeats: the task that
+        # runs them is woken by the first heartbeat that waits for one.
+        self.coordinator.batch_assignments()
+        self._assignments_due = trio.Event()
         self.metrics = Metrics()
         self.injector = FaultInjector(self)
         self.faults = self.injector.faults
@@ -363,11 +380,12 @@ class Server:
                 version,
                 getattr(request, "member_id", ""),
             )
+        co = self.coordinator
         self.apply(
-            self.coordinator.handle(
-                slot, request, version, t, header.client_id or "", slot.conn.client_host
-            )
+            co.handle(slot, request, version, t, header.client_id or "", slot.conn.client_host)
         )
+        if co.assignments_due():
+            self._assignments_due.set()
 
     def _fetch(self, slot: Slot, request: FetchRequest, version: int, t: int) -> None:
         # Topics are empty: answer when max_wait_ms is up, through the timing wheel.
@@ -386,7 +404,19 @@ class Server:
 
     def apply(self, result: Result) -> None:
         """Deliver a Result: responses, records (to the store), timers, events. A connection
-        given answers writes them once, when the Result is delivered (see `write_after`)."""
+        given answers writes them once, when the Result is delivered (see `write_after`).
+        Answers past ANSWERS_PER_TURN (a rebalance of thousands of members completing)
+        are delivered by `deliver`, a slice a turn, after those of earlier big Results:
+        each connection's answers still leave in its requests' order (the slots)."""
+        responses = result.responses
+        if len(responses) > ANSWERS_PER_TURN or (self._deliveries and responses):
+            if not self._deliveries:
+                result.responses = responses[:ANSWERS_PER_TURN]
+                responses = responses[ANSWERS_PER_TURN:]
+            else:
+                result.responses = []
+            self._deliveries.append(responses)
+            self._deliveries_added.set()
         self._applying += 1
         if self._applying == 1:
             self._applied += 1
@@ -501,10 +531,70 @@ class Server:
                 await self._timers_changed.wait()
             t = now_ms()
             # A part at a time: the rest stay due (next_deadline is now), and requests are
-            # served between the parts.
-            self.apply(self.coordinator.advance(t, TIMERS_PER_STEP))
+            # served between the parts, each at most CLOCK_TURN_NS of work (a timer may
+            # complete a group's rebalance).
+            co = self.coordinator
+            turn_ends = perf_counter_ns() + CLOCK_TURN_NS
+            fired = 0
+            while True:
+                self.apply(co.advance(t, TIMERS_PER_CALL))
+                fired += TIMERS_PER_CALL
+                due = co.next_deadline()
+                if due is None or due > t or fired >= TIMERS_PER_STEP:
+                    break
+                if perf_counter_ns() > turn_ends:
+                    break
             for key in self.later_wheel.advance(t):
                 self._later.pop(key)()
+
+    async def assign(self) -> None:
+        """Consumer groups' target assignments, once per batch of heartbeats: run in the turn
+        after the heartbeats that wait for them were read, so that those read together in
+        a turn (on any connection) share one run of each group's assignor; a slice at a
+        time when many groups are due."""
+        co = self.coordinator
+        while True:
+            await self._assignments_due.wait()
+            self._assignments_due = trio.Event()
+            while co.assignments_due():
+                self.apply(co.run_assignments(now_ms(), ASSIGNMENT_MEMBERS_PER_TURN))
+                await trio.lowlevel.checkpoint()
+
+    def run_assignments(self) -> None:
+        """Every target assignment due, at once (what `assign` does a slice at a time)."""
+        while self.coordinator.assignments_due():
+            self.apply(self.coordinator.run_assignments(now_ms()))
+
+    async def deliver(self) -> None:
+        """The answers of big Results (see apply), ANSWERS_PER_TURN a turn."""
+        while True:
+            await self._deliveries_added.wait()
+            self._deliveries_added = trio.Event()
+            while self._deliveries:
+                self._deliver_slice()
+                await trio.lowlevel.checkpoint()
+
+    def _deliver_slice(self) -> None:
+        deliveries = self._deliveries
+        responses = deliveries[0]
+        if len(responses) <= ANSWERS_PER_TURN:
+            deliveries.popleft()
+            part = responses
+        else:
+            part = responses[:ANSWERS_PER_TURN]
+            del responses[:ANSWERS_PER_TURN]
+        self._applying += 1
+        if self._applying == 1:
+            self._applied += 1
+        try:
+            for slot, response in part:
+                slot.answer(response)
+        finally:
+            self._applying -= 1
+            if not self._applying and self._to_write:
+                connections, self._to_write = self._to_write, []
+                for connection in connections:
+                    connection.write_now()
 
     # -- connections ----------------------------------------------------------------------
 
@@ -551,6 +641,8 @@ class Server:
             key, fn = self._later.popitem()
             self.later_wheel.cancel(key)
             fn()
+        while self._deliveries:  # what big Results still owe, before the connections finish
+            self._deliver_slice()
         self._no_connections = trio.Event()
         for connection in list(self.connections):
             connection.finish()
@@ -750,6 +842,8 @@ async def _serve(
     async with trio.open_nursery() as nursery:
         await nursery.start(server.parking.run)
         nursery.start_soon(server.clock)
+        nursery.start_soon(server.assign)
+        nursery.start_soon(server.deliver)
         nursery.start_soon(server.load)
         nursery.start_soon(collector.run)
         if admin_listeners:
@@ -763,12 +857,10 @@ async def _serve(
                 async with trio.open_nursery() as listening:
                     for endpoint, (_, sockets) in zip(served, opened, strict=True):
                         listening.start_soon(
-                            partial(
-                                trio.serve_listeners,
-                                partial(server.handle_connection, endpoint=endpoint),
-                                sockets,
-                                handler_nursery=nursery,
-                            )
+                            acceptor.serve,
+                            sockets,
+                            partial(server.handle_connection, endpoint=endpoint),
+                            nursery,
                         )
 
         nursery.start_soon(accept)

@@ -80,6 +80,11 @@ _CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 READ_CHUNK = 65536
 SLOW_READER_S = 1.0  # a client that takes no answers for this long is logged
 WRITE_CHUNK = 1 << 20  # answers copied to the output buffer at a time
+# The most a connection handles of what it read before it lets the rest of the server run
+# (a Trio checkpoint): a turn of the loop runs every connection with bytes to handle, so
+# this bounds how long the listener, the clock and a new connection wait behind a storm of
+# requests on shared connections. A pipelined run of heartbeats is one frame here.
+TURN_NS = 1_000_000
 
 
 class Slot:
@@ -434,6 +439,7 @@ class Connection:
     async def _handle_frames_in_order(self) -> None:
         max_size = self.max_frame
         buf = self._buf
+        turn_ends = perf_counter_ns() + TURN_NS
         while not self.closed and len(buf) - self._pos >= 4:
             if self._over_bounds():
                 self._commit_offsets()
@@ -457,11 +463,25 @@ class Connection:
             if len(buf) - pos - 4 < size:
                 return
             self._pos = pos + 4 + size
-            # A read's frames are handled in one go, without yielding: yielding part-way
-            # let the members of a load generator sharing this connection interleave their
-            # JoinGroups so that answers queued behind JoinGroups waiting for a rebalance,
-            # and 100k members did not form their groups. A read is at most READ_CHUNK.
             self._handle(bytes(memoryview(buf)[pos + 4 : pos + 4 + size]))  # one copy, not two
+            if perf_counter_ns() > turn_ends and len(buf) - self._pos >= 4:
+                # This turn's share is spent: the listener, the clock and the other
+                # connections run before the rest of the read. Answers keep their order
+                # (the slots), and what was read stays in self._buf.
+                await self._yield_turn()
+                turn_ends = perf_counter_ns() + TURN_NS
+
+    async def _yield_turn(self) -> None:
+        """Let the rest of the server run: OffsetCommits read so far go to the core first,
+        and the answers ready are written, so that nothing read waits behind the yield."""
+        self._commit_offsets()
+        if not self._write_ready():
+            self._wake.set()
+        reader_writes, self._reader_writes = self._reader_writes, False  # fills write meanwhile
+        try:
+            await trio.lowlevel.checkpoint()
+        finally:
+            self._reader_writes = reader_writes
 
     def _oversized(self, size: int, max_size: int, first: bytes) -> None:
         """A frame larger than may be read: the connection closes, saying why. A TLS
