@@ -91,13 +91,16 @@ events_log = logging.getLogger("fastcoord.events")
 # for 180-440 ms.
 TIMERS_PER_STEP = 1000
 # The most work of one kind done in a turn of the loop before the rest of the server runs
-# (the listener, the connections, the clock): a bound in time for the clock's timers, in
-# answers for a Result's delivery (a rebalance of 10,000 members completes in one Result),
-# in members for the consumer groups' target assignments.
+# (the listener, the connections, the clock), in time: the clock's timers, the delivery of
+# a big Result's answers (a rebalance of 10,000 members completes in one Result), the
+# consumer groups' target assignments.
 CLOCK_TURN_NS = 2_000_000
 TIMERS_PER_CALL = 64
-ANSWERS_PER_TURN = 500
-ASSIGNMENT_MEMBERS_PER_TURN = 2_000
+ANSWERS_PER_TURN = 128  # delivered at once; past that, by `deliver`
+DELIVER_TURN_NS = 2_000_000
+ANSWERS_PER_CHECK = 32  # answers delivered between two looks at the time
+ASSIGN_TURN_NS = 2_000_000
+ASSIGNMENT_MEMBERS_PER_TURN = 200  # a call of run_assignments: a group of 100, or two
 HEARTBEAT = int(ApiKey.HEARTBEAT)
 CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
@@ -550,14 +553,17 @@ class Server:
     async def assign(self) -> None:
         """Consumer groups' target assignments, once per batch of heartbeats: run in the turn
         after the heartbeats that wait for them were read, so that those read together in
-        a turn (on any connection) share one run of each group's assignor; a slice at a
-        time when many groups are due."""
+        a turn (on any connection) share one run of each group's assignor; for at most
+        ASSIGN_TURN_NS a turn when many groups are due."""
         co = self.coordinator
         while True:
             await self._assignments_due.wait()
             self._assignments_due = trio.Event()
             while co.assignments_due():
+                turn_ends = perf_counter_ns() + ASSIGN_TURN_NS
                 self.apply(co.run_assignments(now_ms(), ASSIGNMENT_MEMBERS_PER_TURN))
+                while co.assignments_due() and perf_counter_ns() < turn_ends:
+                    self.apply(co.run_assignments(now_ms(), ASSIGNMENT_MEMBERS_PER_TURN))
                 await trio.lowlevel.checkpoint()
 
     def run_assignments(self) -> None:
@@ -566,23 +572,28 @@ class Server:
             self.apply(self.coordinator.run_assignments(now_ms()))
 
     async def deliver(self) -> None:
-        """The answers of big Results (see apply), ANSWERS_PER_TURN a turn."""
+        """The answers of big Results (see apply), for DELIVER_TURN_NS a turn."""
         while True:
             await self._deliveries_added.wait()
             self._deliveries_added = trio.Event()
             while self._deliveries:
-                self._deliver_slice()
+                turn_ends = perf_counter_ns() + DELIVER_TURN_NS
+                self._deliver_slice(ANSWERS_PER_CHECK)
+                while self._deliveries and perf_counter_ns() < turn_ends:
+                    self._deliver_slice(ANSWERS_PER_CHECK)
                 await trio.lowlevel.checkpoint()
 
-    def _deliver_slice(self) -> None:
+    def _deliver_slice(self, count: int) -> None:
+        """The next `count` answers waiting in self._deliveries (fewer if its oldest Result
+        has fewer left)."""
         deliveries = self._deliveries
         responses = deliveries[0]
-        if len(responses) <= ANSWERS_PER_TURN:
+        if len(responses) <= count:
             deliveries.popleft()
             part = responses
         else:
-            part = responses[:ANSWERS_PER_TURN]
-            del responses[:ANSWERS_PER_TURN]
+            part = responses[:count]
+            del responses[:count]
         self._applying += 1
         if self._applying == 1:
             self._applied += 1
@@ -642,7 +653,7 @@ class Server:
             self.later_wheel.cancel(key)
             fn()
         while self._deliveries:  # what big Results still owe, before the connections finish
-            self._deliver_slice()
+            self._deliver_slice(ANSWERS_PER_TURN)
         self._no_connections = trio.Event()
         for connection in list(self.connections):
             connection.finish()

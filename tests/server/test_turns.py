@@ -81,7 +81,10 @@ def test_answers_keep_their_order_when_every_bound_yields(
 ) -> None:
     monkeypatch.setattr(connection, "TURN_NS", 0)  # a yield after every frame
     monkeypatch.setattr(app, "ANSWERS_PER_TURN", 3)
+    monkeypatch.setattr(app, "ANSWERS_PER_CHECK", 1)
+    monkeypatch.setattr(app, "DELIVER_TURN_NS", 0)
     monkeypatch.setattr(app, "ASSIGNMENT_MEMBERS_PER_TURN", 1)
+    monkeypatch.setattr(app, "ASSIGN_TURN_NS", 0)
     config = ServerConfig(
         topics=["t:4"], auto_create_topics="never", group_initial_rebalance_delay_ms=0
     )
