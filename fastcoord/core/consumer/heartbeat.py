@@ -248,8 +248,8 @@ def _step(
     written: list[Record],
 ) -> tuple[ConsumerGroupHeartbeatResponse, Assignment]:
     """The member's step towards its target (its current assignment record appended to
-    `written` when it moves), and the answer that says where it is: its assignment in
-    `_assignment` until _with_assignment decides whether the answer carries it."""
+    `written` when it moves): the answer that says its epoch, and the assignment it now
+    holds, which _with_assignment puts in the answer or not."""
     current = member.current
     if not current.is_reconciled_to(target_epoch):
         try:
