@@ -69,7 +69,7 @@ from fastcoord.server.admin import Admin
 from fastcoord.server.admin import serve as admin_serve
 from fastcoord.server.authorization import Authorization
 from fastcoord.server.broker import Broker
-from fastcoord.server.connection import Connection, Slot
+from fastcoord.server.connection import TURN_NS, Connection, Slot
 from fastcoord.server.endpoint import Endpoint, endpoints
 from fastcoord.server.event_log import EventLog
 from fastcoord.server.fault_injection import FaultInjector
@@ -152,6 +152,10 @@ class Server:
         # wakes the task that delivers them.
         self._deliveries: deque[list[tuple[Any, Any]]] = deque()
         self._deliveries_added = trio.Event()
+        # Turns connections yielded with work left, counted up; what each of the core's
+        # tasks had seen at its last turn (see _share).
+        self.turns_yielded = 0
+        self._yields_seen: dict[str, int] = {}
         # Consumer groups' target assignments, once per batch of heartbeats: the task that
         # runs them is woken by the first heartbeat that waits for one.
         self.coordinator.batch_assignments()
@@ -409,16 +413,12 @@ class Server:
         """Deliver a Result: responses, records (to the store), timers, events. A connection
         given answers writes them once, when the Result is delivered (see `write_after`).
         Answers past ANSWERS_PER_TURN (a rebalance of thousands of members completing)
-        are delivered by `deliver`, a slice a turn, after those of earlier big Results:
-        each connection's answers still leave in its requests' order (the slots)."""
+        are delivered by `deliver`, a slice a turn: each connection's answers still leave
+        in its requests' order (the slots), whichever Result filled them first."""
         responses = result.responses
-        if len(responses) > ANSWERS_PER_TURN or (self._deliveries and responses):
-            if not self._deliveries:
-                result.responses = responses[:ANSWERS_PER_TURN]
-                responses = responses[ANSWERS_PER_TURN:]
-            else:
-                result.responses = []
-            self._deliveries.append(responses)
+        if len(responses) > ANSWERS_PER_TURN:
+            result.responses = responses[:ANSWERS_PER_TURN]
+            self._deliveries.append(responses[ANSWERS_PER_TURN:])
             self._deliveries_added.set()
         self._applying += 1
         if self._applying == 1:
@@ -537,7 +537,7 @@ class Server:
             # served between the parts, each at most CLOCK_TURN_NS of work (a timer may
             # complete a group's rebalance).
             co = self.coordinator
-            turn_ends = perf_counter_ns() + CLOCK_TURN_NS
+            turn_ends = perf_counter_ns() + self._share("clock", CLOCK_TURN_NS)
             fired = 0
             while True:
                 self.apply(co.advance(t, TIMERS_PER_CALL))
@@ -560,11 +560,22 @@ class Server:
             await self._assignments_due.wait()
             self._assignments_due = trio.Event()
             while co.assignments_due():
-                turn_ends = perf_counter_ns() + ASSIGN_TURN_NS
+                turn_ends = perf_counter_ns() + self._share("assign", ASSIGN_TURN_NS)
                 self.apply(co.run_assignments(now_ms(), ASSIGNMENT_MEMBERS_PER_TURN))
                 while co.assignments_due() and perf_counter_ns() < turn_ends:
                     self.apply(co.run_assignments(now_ms(), ASSIGNMENT_MEMBERS_PER_TURN))
                 await trio.lowlevel.checkpoint()
+
+    def _share(self, task: str, base_ns: int) -> int:
+        """How long `task`, one of the core's (the clock, answers to deliver, assignments to
+        run), may take this turn: `base_ns`, plus a connection's turn for each turn a
+        connection yielded since its last (connection.TURN_NS). A turn runs every
+        connection with work once: at a fixed share the core's task had a hundredth of the
+        server behind a hundred busy connections, and the answers it owed (a storm's
+        rebalances completing) came late enough for members waiting on them to time out."""
+        seen = self._yields_seen.get(task, 0)
+        self._yields_seen[task] = self.turns_yielded
+        return base_ns + (self.turns_yielded - seen) * TURN_NS
 
     def run_assignments(self) -> None:
         """Every target assignment due, at once (what `assign` does a slice at a time)."""
@@ -577,7 +588,7 @@ class Server:
             await self._deliveries_added.wait()
             self._deliveries_added = trio.Event()
             while self._deliveries:
-                turn_ends = perf_counter_ns() + DELIVER_TURN_NS
+                turn_ends = perf_counter_ns() + self._share("deliver", DELIVER_TURN_NS)
                 self._deliver_slice(ANSWERS_PER_CHECK)
                 while self._deliveries and perf_counter_ns() < turn_ends:
                     self._deliver_slice(ANSWERS_PER_CHECK)

@@ -77,6 +77,7 @@ Served = Request | OffsetCommitBatch  # a decoded request: an OffsetCommit's is 
 _SIZE = struct.Struct(">i")
 _HEARTBEAT = int(ApiKey.HEARTBEAT)  # the low byte of the API key; the high byte is 0
 _CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+_JOIN_GROUP = int(ApiKey.JOIN_GROUP)
 READ_CHUNK = 65536
 SLOW_READER_S = 1.0  # a client that takes no answers for this long is logged
 WRITE_CHUNK = 1 << 20  # answers copied to the output buffer at a time
@@ -464,10 +465,20 @@ class Connection:
                 return
             self._pos = pos + 4 + size
             self._handle(bytes(memoryview(buf)[pos + 4 : pos + 4 + size]))  # one copy, not two
-            if perf_counter_ns() > turn_ends and len(buf) - self._pos >= 4:
+            pos = self._pos
+            if (
+                perf_counter_ns() > turn_ends
+                and len(buf) - pos >= 6
+                and (buf[pos + 5] != _JOIN_GROUP or buf[pos + 4])
+            ):
                 # This turn's share is spent: the listener, the clock and the other
                 # connections run before the rest of the read. Answers keep their order
-                # (the slots), and what was read stays in self._buf.
+                # (the slots), and what was read stays in self._buf. Not before a
+                # JoinGroup: a read's JoinGroups are handled in one go, as a timer that
+                # ran between them (a group's delay ending) let the members of a load
+                # generator sharing this connection form their groups apart, their answers
+                # queued behind JoinGroups waiting for another rebalance: 100k classic
+                # members then did not form their groups.
                 await self._yield_turn()
                 turn_ends = perf_counter_ns() + TURN_NS
 
@@ -477,6 +488,7 @@ class Connection:
         self._commit_offsets()
         if not self._write_ready():
             self._wake.set()
+        self.dispatcher.turns_yielded += 1  # the core's tasks take as much (Server._share)
         reader_writes, self._reader_writes = self._reader_writes, False  # fills write meanwhile
         try:
             await trio.lowlevel.checkpoint()
