@@ -84,10 +84,11 @@ _CLASSIC_GROUP = frozenset(
 READ_CHUNK = 65536
 SLOW_READER_S = 1.0  # a client that takes no answers for this long is logged
 WRITE_CHUNK = 1 << 20  # answers copied to the output buffer at a time
-# The most a connection handles of what it read before it lets the rest of the server run
-# (a Trio checkpoint): a turn of the loop runs every connection with bytes to handle, so
-# this bounds how long the listener, the clock and a new connection wait behind a storm of
-# requests on shared connections. A pipelined run of heartbeats is one frame here.
+# The most a connection handles of a read of the consumer protocol before it lets the rest
+# of the server run (a Trio checkpoint; see _handle_frames_in_order): a turn of the loop
+# runs every connection with bytes to handle, so this bounds how long the listener, the
+# clock and a new connection wait behind a storm of joins on shared connections. A
+# pipelined run of heartbeats is one frame here.
 TURN_NS = 1_000_000
 
 
