@@ -34,6 +34,7 @@ from fastcoord.core.config import GroupConfig
 from fastcoord.core.consumer import describe as consumer_describe
 from fastcoord.core.consumer import heartbeat as consumer_heartbeat
 from fastcoord.core.consumer import leave as consumer_leave
+from fastcoord.core.consumer.batching import Batches
 from fastcoord.core.consumer.topics import TopicImage
 from fastcoord.core.context import AppendCallback
 from fastcoord.core.group import Group
@@ -200,6 +201,28 @@ class Coordinator:
         """{error code: heartbeats answered with it}, every path counted once."""
         return self.group_manager.heartbeat_answers()
 
+    def batch_assignments(self) -> None:
+        """From now on a consumer group's target assignment is computed once for the
+        heartbeats that find it due between two calls of run_assignments, not in each
+        (consumer/batching.py). The caller runs them once it has handled what it read."""
+        if self.group_manager.batches is None:
+            self.group_manager.batches = Batches()
+
+    def assignments_due(self) -> bool:
+        """Whether heartbeats wait for run_assignments."""
+        return bool(self.group_manager.batches)
+
+    def run_assignments(self, now_ms: int, budget: int | None = None) -> Result:
+        """Compute the target assignments due and answer the heartbeats that waited for
+        them: every one, or groups worth about `budget` members of work (at least one);
+        the rest stay due (assignments_due())."""
+        result = self.runtime.begin()
+        try:
+            consumer_heartbeat.run_batches(self.group_manager, now_ms, result, budget)
+        finally:
+            self.runtime.result = None
+        return result
+
     def topics_changed(self) -> None:
         """A topic was added: see GroupManager.topics_changed."""
         self.group_manager.topics_changed()
@@ -245,6 +268,8 @@ class Coordinator:
         later requests get COORDINATOR_NOT_AVAILABLE, as from a Kafka broker shutting down."""
         result = self.runtime.begin()
         try:
+            # Heartbeats waiting for their target assignment get it, as if it had run first.
+            consumer_heartbeat.run_batches(self.group_manager, now_ms, result)
             self.runtime.active = False
             for group in self.groups.values():
                 responses.unload_group(group, result)

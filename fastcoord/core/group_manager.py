@@ -15,6 +15,7 @@ from typing import Any
 
 from fastcoord.core.consumer import columns as consumer_columns
 from fastcoord.core.consumer import records as consumer_records
+from fastcoord.core.consumer.batching import Batches
 from fastcoord.core.consumer.group import ConsumerGroup
 from fastcoord.core.consumer.topics import StaticTopics, TopicImage
 from fastcoord.core.context import AppendCallback, Context
@@ -59,6 +60,9 @@ class GroupManager:
         # Whether the member table may answer heartbeats alone (nothing loading or
         # unloaded): the runtime's, bound, as every heartbeat asks.
         self.serves_all: Callable[[], bool] = ctx.serves_all
+        # Consumer groups whose target assignment waits for the end of the batch of
+        # heartbeats being read (consumer/batching.py); None: computed in each heartbeat.
+        self.batches: Batches | None = None
 
     # -- groups ---------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ import logging
 import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
@@ -63,12 +64,12 @@ from fastcoord.protocol.versions import api_versions_response
 from fastcoord.security.acl import Authorizer, binding_from_entry
 from fastcoord.security.listeners import Listener
 from fastcoord.security.sasl import Users
-from fastcoord.server import collector, startup
+from fastcoord.server import acceptor, collector, startup
 from fastcoord.server.admin import Admin
 from fastcoord.server.admin import serve as admin_serve
 from fastcoord.server.authorization import Authorization
 from fastcoord.server.broker import Broker
-from fastcoord.server.connection import Connection, Slot
+from fastcoord.server.connection import TURN_NS, Connection, Slot
 from fastcoord.server.endpoint import Endpoint, endpoints
 from fastcoord.server.event_log import EventLog
 from fastcoord.server.fault_injection import FaultInjector
@@ -89,6 +90,17 @@ events_log = logging.getLogger("fastcoord.events")
 # arms their sessions in the same millisecond, and fired at once they had paused the server
 # for 180-440 ms.
 TIMERS_PER_STEP = 1000
+# The most work of one kind done in a turn of the loop before the rest of the server runs
+# (the listener, the connections, the clock), in time: the clock's timers, the delivery of
+# a big Result's answers (a rebalance of 10,000 members completes in one Result), the
+# consumer groups' target assignments.
+CLOCK_TURN_NS = 2_000_000
+TIMERS_PER_CALL = 64
+ANSWERS_PER_TURN = 128  # delivered at once; past that, by `deliver`
+DELIVER_TURN_NS = 2_000_000
+ANSWERS_PER_CHECK = 32  # answers delivered between two looks at the time
+ASSIGN_TURN_NS = 2_000_000
+ASSIGNMENT_MEMBERS_PER_TURN = 200  # a call of run_assignments: a group of 100, or two
 HEARTBEAT = int(ApiKey.HEARTBEAT)
 CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
@@ -136,6 +148,18 @@ class Server:
         self._applying = 0
         self._applied = 0  # Results delivered so far, the one being delivered included
         self._to_write: list[Connection] = []
+        # Answers of big Results not yet delivered, oldest first (see apply), and what
+        # wakes the task that delivers them.
+        self._deliveries: deque[list[tuple[Any, Any]]] = deque()
+        self._deliveries_added = trio.Event()
+        # Turns connections yielded with work left, counted up; what each of the core's
+        # tasks had seen at its last turn (see _share).
+        self.turns_yielded = 0
+        self._yields_seen: dict[str, int] = {}
+        # Consumer groups' target assignments, once per batch of heartbeats: the task that
+        # runs them is woken by the first heartbeat that waits for one.
+        self.coordinator.batch_assignments()
+        self._assignments_due = trio.Event()
         self.metrics = Metrics()
         self.injector = FaultInjector(self)
         self.injector.changed = self.parking.refresh
@@ -365,11 +389,12 @@ class Server:
                 version,
                 getattr(request, "member_id", ""),
             )
+        co = self.coordinator
         self.apply(
-            self.coordinator.handle(
-                slot, request, version, t, header.client_id or "", slot.conn.client_host
-            )
+            co.handle(slot, request, version, t, header.client_id or "", slot.conn.client_host)
         )
+        if co.assignments_due():
+            self._assignments_due.set()
 
     def _fetch(self, slot: Slot, request: FetchRequest, version: int, t: int) -> None:
         # Topics are empty: answer when max_wait_ms is up, through the timing wheel.
@@ -388,7 +413,15 @@ class Server:
 
     def apply(self, result: Result) -> None:
         """Deliver a Result: responses, records (to the store), timers, events. A connection
-        given answers writes them once, when the Result is delivered (see `write_after`)."""
+        given answers writes them once, when the Result is delivered (see `write_after`).
+        Answers past ANSWERS_PER_TURN (a rebalance of thousands of members completing)
+        are delivered by `deliver`, a slice a turn: each connection's answers still leave
+        in its requests' order (the slots), whichever Result filled them first."""
+        responses = result.responses
+        if len(responses) > ANSWERS_PER_TURN:
+            result.responses = responses[:ANSWERS_PER_TURN]
+            self._deliveries.append(responses[ANSWERS_PER_TURN:])
+            self._deliveries_added.set()
         self._applying += 1
         if self._applying == 1:
             self._applied += 1
@@ -505,10 +538,89 @@ class Server:
                 await self._timers_changed.wait()
             t = now_ms()
             # A part at a time: the rest stay due (next_deadline is now), and requests are
-            # served between the parts.
-            self.apply(self.coordinator.advance(t, TIMERS_PER_STEP))
+            # served between the parts, each at most CLOCK_TURN_NS of work (a timer may
+            # complete a group's rebalance).
+            co = self.coordinator
+            turn_ends = perf_counter_ns() + self._share("clock", CLOCK_TURN_NS)
+            fired = 0
+            while True:
+                self.apply(co.advance(t, TIMERS_PER_CALL))
+                fired += TIMERS_PER_CALL
+                due = co.next_deadline()
+                if due is None or due > t or fired >= TIMERS_PER_STEP:
+                    break
+                if perf_counter_ns() > turn_ends:
+                    break
             for key in self.later_wheel.advance(t):
                 self._later.pop(key)()
+
+    async def assign(self) -> None:
+        """Consumer groups' target assignments, once per batch of heartbeats: run in the turn
+        after the heartbeats that wait for them were read, so that those read together in
+        a turn (on any connection) share one run of each group's assignor; for at most
+        ASSIGN_TURN_NS a turn when many groups are due."""
+        co = self.coordinator
+        while True:
+            await self._assignments_due.wait()
+            self._assignments_due = trio.Event()
+            while co.assignments_due():
+                turn_ends = perf_counter_ns() + self._share("assign", ASSIGN_TURN_NS)
+                self.apply(co.run_assignments(now_ms(), ASSIGNMENT_MEMBERS_PER_TURN))
+                while co.assignments_due() and perf_counter_ns() < turn_ends:
+                    self.apply(co.run_assignments(now_ms(), ASSIGNMENT_MEMBERS_PER_TURN))
+                await trio.lowlevel.checkpoint()
+
+    def _share(self, task: str, base_ns: int) -> int:
+        """How long `task`, one of the core's (the clock, answers to deliver, assignments to
+        run), may take this turn: `base_ns`, plus a connection's turn for each turn a
+        connection yielded since its last (connection.TURN_NS). A turn runs every
+        connection with work once: at a fixed share the core's task had a hundredth of the
+        server behind a hundred busy connections, and the answers it owed (a storm's
+        rebalances completing) came late enough for members waiting on them to time out."""
+        seen = self._yields_seen.get(task, 0)
+        self._yields_seen[task] = self.turns_yielded
+        return base_ns + (self.turns_yielded - seen) * TURN_NS
+
+    def run_assignments(self) -> None:
+        """Every target assignment due, at once (what `assign` does a slice at a time)."""
+        while self.coordinator.assignments_due():
+            self.apply(self.coordinator.run_assignments(now_ms()))
+
+    async def deliver(self) -> None:
+        """The answers of big Results (see apply), for DELIVER_TURN_NS a turn."""
+        while True:
+            await self._deliveries_added.wait()
+            self._deliveries_added = trio.Event()
+            while self._deliveries:
+                turn_ends = perf_counter_ns() + self._share("deliver", DELIVER_TURN_NS)
+                self._deliver_slice(ANSWERS_PER_CHECK)
+                while self._deliveries and perf_counter_ns() < turn_ends:
+                    self._deliver_slice(ANSWERS_PER_CHECK)
+                await trio.lowlevel.checkpoint()
+
+    def _deliver_slice(self, count: int) -> None:
+        """The next `count` answers waiting in self._deliveries (fewer if its oldest Result
+        has fewer left)."""
+        deliveries = self._deliveries
+        responses = deliveries[0]
+        if len(responses) <= count:
+            deliveries.popleft()
+            part = responses
+        else:
+            part = responses[:count]
+            del responses[:count]
+        self._applying += 1
+        if self._applying == 1:
+            self._applied += 1
+        try:
+            for slot, response in part:
+                slot.answer(response)
+        finally:
+            self._applying -= 1
+            if not self._applying and self._to_write:
+                connections, self._to_write = self._to_write, []
+                for connection in connections:
+                    connection.write_now()
 
     # -- connections ----------------------------------------------------------------------
 
@@ -556,6 +668,8 @@ class Server:
             key, fn = self._later.popitem()
             self.later_wheel.cancel(key)
             fn()
+        while self._deliveries:  # what big Results still owe, before the connections finish
+            self._deliver_slice(ANSWERS_PER_TURN)
         self._no_connections = trio.Event()
         for connection in list(self.connections):
             connection.finish()
@@ -756,6 +870,8 @@ async def _serve(
         await nursery.start(server.parking.run)
         nursery.start_soon(server.clock)
         nursery.start_soon(store.watch_idle)  # fsync batch: syncs when the loop is idle
+        nursery.start_soon(server.assign)
+        nursery.start_soon(server.deliver)
         nursery.start_soon(server.load)
         nursery.start_soon(collector.run)
         if admin_listeners:
@@ -769,12 +885,10 @@ async def _serve(
                 async with trio.open_nursery() as listening:
                     for endpoint, (_, sockets) in zip(served, opened, strict=True):
                         listening.start_soon(
-                            partial(
-                                trio.serve_listeners,
-                                partial(server.handle_connection, endpoint=endpoint),
-                                sockets,
-                                handler_nursery=nursery,
-                            )
+                            acceptor.serve,
+                            sockets,
+                            partial(server.handle_connection, endpoint=endpoint),
+                            nursery,
                         )
 
         nursery.start_soon(accept)

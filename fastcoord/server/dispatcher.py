@@ -27,6 +27,8 @@ class Dispatcher(Protocol):
     parking: Parking
     # Bytes of answers every connection owes, together: bounded by queued.max.response.bytes.
     owed_bytes: int
+    # Connections that yielded their turn having work left: the core's tasks take as much.
+    turns_yielded: int
 
     def now_ms(self) -> int: ...
 

@@ -141,6 +141,7 @@ class Bench:
         return slot
 
     def settle(self) -> None:
+        self.server.run_assignments()  # the server's assign task, at once
         while self.reports:
             self.reports.pop(0)()
 

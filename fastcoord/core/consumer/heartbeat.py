@@ -16,10 +16,12 @@ import uuid
 
 from fastcoord.core.consumer import records
 from fastcoord.core.consumer.assignment import Assignment
+from fastcoord.core.consumer.batching import Waiting
 from fastcoord.core.consumer.columns import session_key
 from fastcoord.core.consumer.group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ConsumerGroup,
     ConsumerMember,
 )
 from fastcoord.core.consumer.leave import leave
@@ -37,7 +39,7 @@ from fastcoord.core.consumer.target import assign, response_assignment
 from fastcoord.core.consumer.writes import HeartbeatError, commit, error_response
 from fastcoord.core.group_manager import GroupManager
 from fastcoord.core.records import Record
-from fastcoord.core.result import Call
+from fastcoord.core.result import Call, Result
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
@@ -55,6 +57,7 @@ def consumer_group_heartbeat(
     if status is not None:
         call.respond(ConsumerGroupHeartbeatResponse(error_code=status))
         return
+    response: ConsumerGroupHeartbeatResponse | None
     try:
         _validate(gm, req, call.version)
         if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
@@ -63,6 +66,12 @@ def consumer_group_heartbeat(
             written, response = _heartbeat(gm, call, req)
     except HeartbeatError as exc:
         call.respond(error_response(exc))
+        return
+    if response is None:
+        # Its step waits for the group's target assignment (batching.py): what it changed
+        # of the member is written now, so that the assignment sees it.
+        commit(gm, call.result, call.now_ms, written)
+        arm_timers(gm, req.group_id, req.member_id or "", call.now_ms)
         return
     commit(gm, call.result, call.now_ms, written, call.handle, response, req.group_id)
     if response.member_epoch >= 0:
@@ -121,7 +130,9 @@ def _owned(req: ConsumerGroupHeartbeatRequest) -> dict[uuid.UUID, frozenset[int]
 
 def _heartbeat(
     gm: GroupManager, call: Call, req: ConsumerGroupHeartbeatRequest
-) -> tuple[list[Record], ConsumerGroupHeartbeatResponse]:
+) -> tuple[list[Record], ConsumerGroupHeartbeatResponse | None]:
+    """The records the heartbeat writes and its answer; None for the answer when its step
+    towards the target waits for the group's next target assignment (batching.py)."""
     group_id, epoch, now_ms = req.group_id, req.member_epoch, call.now_ms
     joining = epoch == 0
     written: list[Record] = []
@@ -162,6 +173,9 @@ def _heartbeat(
             check_regex(updated.subscribed_topic_regex)
         bump = True
     group_epoch = group.group_epoch
+    batches = gm.batches
+    # A target already due (batching.py) will see this member: one epoch for them all.
+    due = batches is not None and group_epoch > group.assignment_epoch and replaced is None
     refresh = bump or group.image_version != gm.topics.version()
     members = group.members
     if refresh or group_epoch > group.assignment_epoch:
@@ -175,11 +189,35 @@ def _heartbeat(
         metadata_hash = metadata_hash_of(subscribed_topics(gm, members.values()))
         if metadata_hash != group.metadata_hash:
             bump = True
-        if bump:
+        if bump and not due:
             group_epoch += 1
             written.append(records.group_epoch(group_id, group_epoch, metadata_hash))
+        elif metadata_hash != group.metadata_hash:
+            written.append(records.group_epoch(group_id, group_epoch, metadata_hash))
 
-    # 2. The target assignment, when the group epoch is ahead of it.
+    full = joining or (
+        req.rebalance_timeout_ms != -1
+        and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
+        and owned is not None
+    )
+    if not known and replaced is None:
+        gm.ctx.event(
+            call.result,
+            now_ms,
+            "member_joined",
+            group_id,
+            member_id=updated.member_id,
+            members=len(group.members) + 1,
+        )
+
+    # 2. The target assignment, when the group epoch is ahead of it: now, or once for the
+    # heartbeats read together (batching.py).
+    if batches is not None and group_epoch > group.assignment_epoch and replaced is None:
+        batches.add(
+            group_id,
+            Waiting(call, updated.member_id, owned, full, member.current.assigned),
+        )
+        return written, None
     target: Assignment
     if group_epoch > group.assignment_epoch:
         targets = assign(gm, group, members)
@@ -195,36 +233,48 @@ def _heartbeat(
         )
 
     # 3. One step of the member towards its target.
-    current = updated.current
+    stepped = _step(gm, group, updated, target_epoch, target, owned, replaced is not None, written)
+    return written, _with_assignment(stepped, full, member.current.assigned)
+
+
+def _step(
+    gm: GroupManager,
+    group: ConsumerGroup,
+    member: ConsumerMember,
+    target_epoch: int,
+    target: Assignment,
+    owned: Assignment | None,
+    replaced: bool,
+    written: list[Record],
+) -> tuple[ConsumerGroupHeartbeatResponse, Assignment]:
+    """The member's step towards its target (its current assignment record appended to
+    `written` when it moves): the answer that says its epoch, and the assignment it now
+    holds, which _with_assignment puts in the answer or not."""
+    current = member.current
     if not current.is_reconciled_to(target_epoch):
         try:
             current = reconcile(current, target_epoch, target, group.current_partition_epoch, owned)
         except FencedMemberEpochError as exc:
             raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH, str(exc)) from None
-        if current != updated.current or replaced is not None:
-            written.append(records.current_assignment(group_id, updated.member_id, current))
+        if current != member.current or replaced:
+            written.append(records.current_assignment(group.group_id, member.member_id, current))
     response = ConsumerGroupHeartbeatResponse(
-        member_id=updated.member_id,
+        member_id=member.member_id,
         member_epoch=current.member_epoch,
         heartbeat_interval_ms=gm.config.group_consumer_heartbeat_interval_ms,
     )
-    full = joining or (
-        req.rebalance_timeout_ms != -1
-        and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
-        and owned is not None
-    )
-    if full or current.assigned != member.current.assigned:
-        response.assignment = response_assignment(current.assigned)
-    if not known and replaced is None:
-        gm.ctx.event(
-            call.result,
-            now_ms,
-            "member_joined",
-            group_id,
-            member_id=updated.member_id,
-            members=len(group.members) + 1,
-        )
-    return written, response
+    return response, current.assigned
+
+
+def _with_assignment(
+    stepped: tuple[ConsumerGroupHeartbeatResponse, Assignment], full: bool, before: Assignment
+) -> ConsumerGroupHeartbeatResponse:
+    """The answer, with the member's assignment when the request was a full one or the
+    assignment changed."""
+    response, assigned = stepped
+    if full or assigned != before:
+        response.assignment = response_assignment(assigned)
+    return response
 
 
 def _updated(
@@ -268,3 +318,72 @@ def _updated(
         client_id=client_id,
         client_host=client_host,
     )
+
+
+def run_batches(gm: GroupManager, now_ms: int, result: Result, budget: int | None = None) -> None:
+    """The target assignments due (batching.py), in the order they fell due: each group's
+    computed once, then each heartbeat that waits for it takes its step and is answered, in
+    the order they came. With a `budget`, groups are taken until about that many members'
+    worth of work is done (one group at least); the rest stay due for the next call."""
+    batches = gm.batches
+    spent = 0
+    while batches and (budget is None or spent < budget):
+        group_id, waiting = batches.next()
+        spent += _run_batch(gm, group_id, waiting, now_ms, result)
+
+
+def _run_batch(
+    gm: GroupManager, group_id: str, waiting: list[Waiting], now_ms: int, result: Result
+) -> int:
+    """One group's target assignment and the steps of the heartbeats that waited for it;
+    the work done, in members."""
+    group = gm.consumer_groups.get(group_id)
+    status = gm.group_status_error(group_id, _ANY_HEARTBEAT)
+    if group is None or status is not None:
+        # Deleted or unloaded meanwhile: answered as a heartbeat arriving now would be.
+        code = status if status is not None else ErrorCode.GROUP_ID_NOT_FOUND
+        for w in waiting:
+            result.respond(w.call.handle, ConsumerGroupHeartbeatResponse(error_code=code))
+        return len(waiting)
+    if group.group_epoch > group.assignment_epoch:
+        written: list[Record] = []
+        targets = assign(gm, group, group.members)
+        for mid, target in targets.items():
+            if target != group.target.get(mid, {}):
+                written.append(records.target_member(group_id, mid, target))
+        written.append(records.target_epoch(group_id, group.group_epoch))
+        commit(gm, result, now_ms, written)
+    for w in waiting:
+        handle = w.call.handle
+        member = group.members.get(w.member_id)
+        if member is None:  # it left, or was fenced, while it waited
+            error = HeartbeatError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"Member {w.member_id} is not a member of group {group_id}.",
+            )
+            result.respond(handle, error_response(error))
+            continue
+        written = []
+        try:
+            stepped = _step(
+                gm,
+                group,
+                member,
+                group.assignment_epoch,
+                group.target.get(member.member_id, {}),
+                w.owned,
+                False,
+                written,
+            )
+        except HeartbeatError as exc:
+            result.respond(handle, error_response(exc))
+            continue
+        response = _with_assignment(stepped, w.full, w.assigned)
+        commit(gm, result, now_ms, written, handle, response, group_id)
+        if response.member_epoch >= 0:
+            arm_timers(gm, group_id, member.member_id, now_ms)
+    return len(group.members) + len(waiting)
+
+
+# What group_status_error is asked with: a heartbeat's group id may not be empty.
+_ANY_HEARTBEAT = ConsumerGroupHeartbeatRequest()

@@ -31,6 +31,7 @@ class ConsumerHarness(Harness):
         topics: dict[str, int] | None = None,
         config: GroupConfig | None = None,
         start_ms: int = 1_000_000,
+        batched: bool = False,
     ) -> None:
         super().__init__(config, start_ms)
         ids = itertools.count(1)
@@ -41,9 +42,20 @@ class ConsumerHarness(Harness):
             new_member_id=lambda prefix: f"{prefix}-{next(ids)}",
             topics=self.topics,
         )
+        if batched:
+            # Target assignments wait for run_assignments, as the server runs them: here
+            # after each request (a batch of one) unless a test sends several first.
+            self.co.batch_assignments()
 
     def request(self, request: ConsumerGroupHeartbeatRequest, version: int = 1) -> Any:
-        return self.answer(self.send(request, version))
+        handle = self.send(request, version)
+        self.run_assignments()
+        return self.answer(handle)
+
+    def run_assignments(self) -> None:
+        """The target assignments due, computed and answered (batched mode)."""
+        if self.co.assignments_due():
+            self.absorb(self.co.run_assignments(self.now))
 
     def enter(
         self,
@@ -114,6 +126,8 @@ class ConsumerHarness(Harness):
     def replayed(self) -> Coordinator:
         """A fresh coordinator rebuilt from every record written so far."""
         fresh = Coordinator(GroupConfig(), now_ms=self.now, topics=self.topics)
+        if self.co.group_manager.batches is not None:
+            fresh.batch_assignments()
         for record in self.records:
             fresh.replay(record, self.now, loading=True)
         return fresh

@@ -20,6 +20,7 @@ that missed two epochs in a row is fenced, and rejoins once its old session is o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -52,9 +53,11 @@ class Client:
 
 
 class ConsumerGroupMachine(RuleBasedStateMachine):
+    batched = False  # target assignments computed once per batch (the server's way)
+
     def __init__(self) -> None:
         super().__init__()
-        self.h = ConsumerHarness(dict(TOPICS))
+        self.h = ConsumerHarness(dict(TOPICS), batched=self.batched)
         self.clients: dict[str, Client] = {}
         self.epochs: dict[str, int] = {}  # member id -> highest epoch the coordinator held
         self.group_epoch = 0
@@ -89,6 +92,10 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
             # The table's answer is the full path's: NONE at the epoch, nothing new.
             assert answer.error_code == 0 and answer.member_epoch == client.epoch, answer
             assert answer.assignment is None and len(self.h.records) == written, answer
+        self._read(client, answer, read_answer)
+
+    def _read(self, client: Client, answer: Any, read_answer: bool = True) -> None:
+        """The client takes its answer."""
         if answer.error_code in LOST:
             client.owned, client.joined, client.epoch = {}, False, 0  # lost: rejoin
             client.reported = None
@@ -103,6 +110,22 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         given = assigned(answer, self.h.topics)
         if given is not None:
             client.owned = given
+
+    def _request(self, client: Client) -> ConsumerGroupHeartbeatRequest:
+        """The client's next heartbeat, as _send makes it (telling what it owns)."""
+        joining = not client.joined
+        full = joining or client.needs_full
+        owned = None if joining else partitions(client.owned)
+        if not joining:
+            client.reported = dict(client.owned)
+        return ConsumerGroupHeartbeatRequest(
+            group_id="g",
+            member_id=client.member_id,
+            member_epoch=0 if joining else client.epoch,
+            rebalance_timeout_ms=REBALANCE_MS if full else -1,
+            subscribed_topic_names=list(client.topics) if full else None,
+            topic_partitions=[] if joining else owned,
+        )
 
     def _table_answers(self, client: Client) -> int:
         """What the server's fast path asks the member table for this heartbeat."""
@@ -124,6 +147,25 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
     def heartbeat(self, data: st.DataObject, report: bool) -> None:
         client = self.clients[data.draw(st.sampled_from(sorted(self.clients)))]
         self._send(client, report=report)
+
+    @rule(
+        names=st.lists(st.sampled_from(NAMES), min_size=1, max_size=4),
+        topics=st.sampled_from([["t"], ["u"], ["t", "u"]]),
+    )
+    def together(self, names: list[str], topics: list[str]) -> None:
+        """Clients, new ones joining among them, heartbeat at once: the server reads their
+        requests together, and (batched) the assignment runs once for all of them."""
+        clients = []
+        for name in names:
+            if name not in self.clients:
+                self.clients[name] = Client(name, topics)
+            clients.append(self.clients[name])
+        handles = [self.h.send(self._request(client), 1) for client in clients]
+        self.h.run_assignments()
+        for client, handle in zip(clients, handles, strict=True):
+            answer = self.h.answer(handle)
+            assert answer is not None, client
+            self._read(client, answer)
 
     @precondition(lambda self: self.clients)
     @rule(data=st.data())
@@ -251,3 +293,17 @@ ConsumerGroupMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None
 )
 TestConsumerGroup = ConsumerGroupMachine.TestCase
+
+
+class BatchedConsumerGroupMachine(ConsumerGroupMachine):
+    """The same clients against a coordinator that computes target assignments once per
+    batch, each request a batch of its own: what the server does when requests come one
+    at a time."""
+
+    batched = True
+
+
+BatchedConsumerGroupMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=40, deadline=None
+)
+TestBatchedConsumerGroup = BatchedConsumerGroupMachine.TestCase
