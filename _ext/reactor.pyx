@@ -416,7 +416,8 @@ cdef int serve_ready(Loop* s, int timeout) noexcept nogil:
     cdef int ready = epoll_wait(s.epfd, s.events, MAX_EVENTS, timeout)
     cdef int i
     cdef uint64_t key
-    cdef int64_t now_ms, started, answered
+    cdef int64_t now_ms, answered
+    cdef int64_t started = 0  # read only when threaded, set then (the compiler cannot tell)
     cdef double now
     if ready < 0:
         if errno != EINTR:
