@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import itertools
+import json
 import os
 import pkgutil
 import shutil
@@ -96,3 +97,28 @@ def test_cluster_run_callgrind_smoke() -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "| node / lone |" in run.stdout
+
+
+@pytest.mark.slow  # a server and a loadtest on both cores for the run's seconds
+def test_storm_run_smoke(tmp_path: Path) -> None:
+    """benches/storm_run.py is a script, not an asv benchmark: a storm of a few hundred
+    members proves that the run, the prober, the CPU sampler and the report work."""
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run(
+        [
+            sys.executable,
+            *("-m", "benches.storm_run", "--group-protocol", "classic"),
+            *("--members", "200", "--groups", "4", "--members-per-connection", "50"),
+            *("--duration", "8", "--out", str(tmp_path)),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "all members stable: at " in run.stdout, run.stdout
+    assert "connection attempts timed out: 0 " in run.stdout, run.stdout
+    probes = json.loads((tmp_path / "classic" / "probes.json").read_text())
+    assert probes and not [p for p in probes if p["error"]], probes
+    assert all("FindCoordinator" in p for p in probes)
