@@ -428,11 +428,15 @@ class Server:
         try:
             self._apply(result)
         finally:
-            self._applying -= 1
-            if not self._applying and self._to_write:
-                connections, self._to_write = self._to_write, []
-                for connection in connections:
-                    connection.write_now()
+            self._applied_one()
+
+    def _applied_one(self) -> None:
+        # The outermost delivery over: the connections it answered write now, each once.
+        self._applying -= 1
+        if not self._applying and self._to_write:
+            connections, self._to_write = self._to_write, []
+            for connection in connections:
+                connection.write_now()
 
     def write_after(self, connection: Connection) -> bool:
         """Whether `connection`, given an answer, leaves its write until the Result being
@@ -616,11 +620,7 @@ class Server:
             for slot, response in part:
                 slot.answer(response)
         finally:
-            self._applying -= 1
-            if not self._applying and self._to_write:
-                connections, self._to_write = self._to_write, []
-                for connection in connections:
-                    connection.write_now()
+            self._applied_one()
 
     # -- connections ----------------------------------------------------------------------
 

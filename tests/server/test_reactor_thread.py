@@ -16,8 +16,6 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -34,6 +32,7 @@ from fastcoord.protocol.headers import RequestHeader
 from fastcoord.protocol.messages import ApiVersionsRequest, HeartbeatRequest
 from fastcoord.server import reactor as twin
 from fastcoord.server.native import reactor as native
+from tests.server.test_reactor import pairs, received
 
 MAX_SIZE = 200
 FALLBACK = -1
@@ -61,32 +60,6 @@ def other(correlation: int = 1) -> bytes:
     return framing.encode_request(
         RequestHeader(ApiKey.API_VERSIONS, 0, correlation, "c"), ApiVersionsRequest()
     )
-
-
-@contextmanager
-def pairs(count: int) -> Iterator[list[tuple[socket.socket, socket.socket]]]:
-    made = [socket.socketpair() for _ in range(count)]
-    for ours, _ in made:
-        ours.setblocking(False)
-    try:
-        yield made
-    finally:
-        for ours, theirs in made:
-            ours.close()
-            theirs.close()
-
-
-def received(sock: socket.socket) -> bytes:
-    sock.setblocking(False)
-    got = b""
-    while True:
-        try:
-            chunk = sock.recv(1 << 20)
-        except (BlockingIOError, ConnectionResetError):
-            return got
-        if not chunk:
-            return got
-        got += chunk
 
 
 # -- the first step against the twin's, over the real member table -------------------------
