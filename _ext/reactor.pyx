@@ -245,6 +245,30 @@ cdef inline int16_t _int16(const uint8_t* q) noexcept nogil:
 
 @cython.profile(False)
 @cython.linetrace(False)
+cdef inline bint _string(
+    const uint8_t* p, Py_ssize_t* pos, Py_ssize_t size, bint compact, const char** at,
+    Py_ssize_t* length,
+) noexcept nogil:
+    """A non-null string at pos (compact: a varint of its length + 1; else an int16 length):
+    its span in at and length, pos moved past it."""
+    cdef Py_ssize_t n
+    if compact:
+        n = _uvarint(p, pos, size) - 1
+    else:
+        if pos[0] + 2 > size:
+            return False
+        n = _int16(p + pos[0])
+        pos[0] += 2
+    if n < 0 or n > size - pos[0]:
+        return False
+    at[0] = <const char*>p + pos[0]
+    length[0] = n
+    pos[0] += n
+    return True
+
+
+@cython.profile(False)
+@cython.linetrace(False)
 cdef bint parse_heartbeat(const uint8_t* p, Py_ssize_t size, Span* out) noexcept nogil:
     """Whether the frame at p (after its size prefix) is a regular Heartbeat v0-4 of a
     dynamic member with nothing after its message: its numbers and the spans of its ids in
@@ -271,53 +295,26 @@ cdef bint parse_heartbeat(const uint8_t* p, Py_ssize_t size, Span* out) noexcept
         pos += n
     elif n != -1:
         return False
-    if version >= FIRST_FLEXIBLE:
-        if _uvarint(p, &pos, size) != 0:
-            return False
-        n = _uvarint(p, &pos, size) - 1
-        if n < 0 or n > size - pos:
-            return False
-        out.group_id = <const char*>p + pos
-        out.group_size = n
-        pos += n
-        if pos + 4 > size:
-            return False
-        out.generation = _int32(p + pos)
-        pos += 4
-        n = _uvarint(p, &pos, size) - 1
-        if n < 0 or n > size - pos:
-            return False
-        out.member_id = <const char*>p + pos
-        out.member_size = n
-        pos += n
+    cdef bint flexible = version >= FIRST_FLEXIBLE
+    if flexible and _uvarint(p, &pos, size) != 0:  # the header's tagged fields
+        return False
+    if not _string(p, &pos, size, flexible, &out.group_id, &out.group_size):
+        return False
+    if pos + 4 > size:
+        return False
+    out.generation = _int32(p + pos)
+    pos += 4
+    if not _string(p, &pos, size, flexible, &out.member_id, &out.member_size):
+        return False
+    if flexible:
         if _uvarint(p, &pos, size) != 0:  # the instance id: null
             return False
         if _uvarint(p, &pos, size) != 0:  # tagged fields
             return False
-    else:
-        if pos + 2 > size:
+    elif version >= 3:
+        if pos + 2 > size or _int16(p + pos) != -1:  # the instance id: null
             return False
-        n = _int16(p + pos)
         pos += 2
-        if n < 0 or n > size - pos:
-            return False
-        out.group_id = <const char*>p + pos
-        out.group_size = n
-        pos += n
-        if pos + 6 > size:
-            return False
-        out.generation = _int32(p + pos)
-        n = _int16(p + pos + 4)
-        pos += 6
-        if n < 0 or n > size - pos:
-            return False
-        out.member_id = <const char*>p + pos
-        out.member_size = n
-        pos += n
-        if version >= 3:
-            if pos + 2 > size or _int16(p + pos) != -1:
-                return False
-            pos += 2
     return pos == size
 
 

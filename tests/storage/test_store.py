@@ -45,10 +45,7 @@ def test_batch_syncs_appends_once_the_loop_is_idle(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(store.watch_idle)
             for token in (1, 2, 3):  # handed over in one pass of the loop
-                record = Record(
-                    OffsetCommitKey("g", "t", token), OffsetCommitValue(token, -1, "", 1)
-                )
-                store.append(token, [record], lambda group: 0)
+                store.append(token, [record(token)], lambda group: 0)
             with trio.fail_after(WAIT_S):
                 await acknowledged.wait()
             nursery.cancel_scope.cancel()
