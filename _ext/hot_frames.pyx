@@ -15,7 +15,8 @@ heartbeat.pxi (with the wire layouts), which the server's reactor (reactor.pyx) 
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytearray cimport PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 from fastcoord.protocol import framing
 from fastcoord.protocol.errors import ProtocolError
@@ -27,6 +28,9 @@ include "cursor.pxi"
 cdef extern from "debug.h":
     int FASTCOORD_DEBUG
 
+cdef enum:
+    STACK_ROOM = 16384  # answers answer_heartbeats writes on its stack: reads up to 16 KB
+
 cdef object _decode_generic = framing.decode_request
 cdef object _encode_generic = framing.encode_response
 # C globals: a module global is a dictionary lookup on every use.
@@ -35,6 +39,7 @@ cdef object _HeartbeatRequest = HeartbeatRequest
 cdef object _HeartbeatResponse = HeartbeatResponse
 
 
+include "table_core.pxi"
 include "heartbeat.pxi"
 
 
@@ -113,23 +118,34 @@ def answer_heartbeats(bytearray buf, Py_ssize_t pos, Py_ssize_t max_size, table,
     cdef Py_ssize_t start = PyByteArray_GET_SIZE(out)
     cdef Py_ssize_t capacity = end - pos + MAX_RESPONSE
     cdef Py_ssize_t written = 0, count = 0
-    cdef Py_buffer held_in, held_out
-    # Room for every answer the run can give (an answer is smaller than its request); the
-    # unused part is cut off at the end. Both buffers are exported while the table runs, so
-    # that nothing can resize (and move) them under the loop.
-    PyByteArray_Resize(out, start + capacity)
-    PyObject_GetBuffer(buf, &held_in, PyBUF_SIMPLE)
+    cdef Py_buffer held_in
+    cdef TableCore* core = NULL
+    address = getattr(table, "_core_address", None)
+    if address is not None:
+        core = <TableCore*><size_t>address()
+    # Room for every answer the run can give (an answer is smaller than its request), on
+    # the stack for the reads of lone and shared connections: growing `out` to a whole
+    # read's size and back cost two reallocations a read. `buf` is exported while the table
+    # runs, so that nothing can resize (and move) it under the loop.
+    cdef char room[STACK_ROOM]
+    cdef char* answers = room
+    if capacity > STACK_ROOM:
+        answers = <char*>PyMem_Malloc(capacity)
+        if answers == NULL:
+            raise MemoryError()
     try:
-        PyObject_GetBuffer(out, &held_out, PyBUF_SIMPLE)
+        PyObject_GetBuffer(buf, &held_in, PyBUF_SIMPLE)
         try:
             pos = answer_run(
-                <const uint8_t*>held_in.buf, pos, end, max_size, table, now_ms,
-                <char*>held_out.buf + start, capacity, &written, &count, trailing,
-                client_host,
+                <const uint8_t*>held_in.buf, pos, end, max_size, table, core, now_ms,
+                answers, capacity, &written, &count, trailing, client_host,
             )
         finally:
-            PyBuffer_Release(&held_out)
+            PyBuffer_Release(&held_in)
+            if written:
+                PyByteArray_Resize(out, start + written)
+                memcpy(PyByteArray_AS_STRING(out) + start, answers, written)
     finally:
-        PyBuffer_Release(&held_in)
-        PyByteArray_Resize(out, start + written)
+        if answers != room:
+            PyMem_Free(answers)
     return pos, count

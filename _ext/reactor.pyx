@@ -119,18 +119,6 @@ cdef struct Handed:
     Py_ssize_t size
 
 
-cdef struct Span:
-    int version
-    int32_t correlation_id
-    int32_t generation
-    const char* group_id
-    Py_ssize_t group_size
-    const char* member_id
-    Py_ssize_t member_size
-    Py_ssize_t slot
-    int code
-
-
 cdef struct Loop:
     # Everything the first step reads and writes: it runs without the GIL, so nothing here
     # is a Python object. `mutex` guards all of it but the buffers, which only the step
@@ -213,109 +201,6 @@ cdef inline void _queue(
     cdef uint64_t one = 1
     if s.queued == 1 and s.threaded:
         write(s.wake_fd, &one, 8)
-
-
-@cython.profile(False)
-@cython.linetrace(False)
-cdef inline Py_ssize_t _uvarint(const uint8_t* p, Py_ssize_t* pos, Py_ssize_t end) noexcept nogil:
-    # Lengths and tag counts of a heartbeat fit in two varint bytes; -2 for anything else.
-    if pos[0] >= end:
-        return -2
-    cdef uint8_t b0 = p[pos[0]]
-    if b0 < 0x80:
-        pos[0] += 1
-        return b0
-    if pos[0] + 1 >= end or p[pos[0] + 1] >= 0x80:
-        return -2
-    pos[0] += 2
-    return (b0 & 0x7F) | (<Py_ssize_t>p[pos[0] - 1] << 7)
-
-
-@cython.profile(False)
-@cython.linetrace(False)
-cdef inline int32_t _int32(const uint8_t* q) noexcept nogil:
-    return <int32_t>((<uint32_t>q[0] << 24) | (<uint32_t>q[1] << 16) | (<uint32_t>q[2] << 8) | q[3])
-
-
-@cython.profile(False)
-@cython.linetrace(False)
-cdef inline int16_t _int16(const uint8_t* q) noexcept nogil:
-    return <int16_t>((q[0] << 8) | q[1])
-
-
-@cython.profile(False)
-@cython.linetrace(False)
-cdef inline bint _string(
-    const uint8_t* p, Py_ssize_t* pos, Py_ssize_t size, bint compact, const char** at,
-    Py_ssize_t* length,
-) noexcept nogil:
-    """A non-null string at pos (compact: a varint of its length + 1; else an int16 length):
-    its span in at and length, pos moved past it."""
-    cdef Py_ssize_t n
-    if compact:
-        n = _uvarint(p, pos, size) - 1
-    else:
-        if pos[0] + 2 > size:
-            return False
-        n = _int16(p + pos[0])
-        pos[0] += 2
-    if n < 0 or n > size - pos[0]:
-        return False
-    at[0] = <const char*>p + pos[0]
-    length[0] = n
-    pos[0] += n
-    return True
-
-
-@cython.profile(False)
-@cython.linetrace(False)
-cdef bint parse_heartbeat(const uint8_t* p, Py_ssize_t size, Span* out) noexcept nogil:
-    """Whether the frame at p (after its size prefix) is a regular Heartbeat v0-4 of a
-    dynamic member with nothing after its message: its numbers and the spans of its ids in
-    `out`. Stricter than the codec (an ASCII client id, short varints): anything else goes to
-    drain, whose answer_run decides as the connection does."""
-    cdef Py_ssize_t pos = 8, n, i
-    if size < 8 or _int16(p) != HEARTBEAT:
-        return False
-    cdef int version = _int16(p + 2)
-    if version < 0 or version > MAX_VERSION:
-        return False
-    out.version = version
-    out.correlation_id = _int32(p + 4)
-    if pos + 2 > size:
-        return False
-    n = _int16(p + pos)
-    pos += 2
-    if n >= 0:
-        if n > size - pos:
-            return False
-        for i in range(pos, pos + n):
-            if p[i] >= 0x80:
-                return False
-        pos += n
-    elif n != -1:
-        return False
-    cdef bint flexible = version >= FIRST_FLEXIBLE
-    if flexible and _uvarint(p, &pos, size) != 0:  # the header's tagged fields
-        return False
-    if not _string(p, &pos, size, flexible, &out.group_id, &out.group_size):
-        return False
-    if pos + 4 > size:
-        return False
-    out.generation = _int32(p + pos)
-    pos += 4
-    if not _string(p, &pos, size, flexible, &out.member_id, &out.member_size):
-        return False
-    if flexible:
-        if _uvarint(p, &pos, size) != 0:  # the instance id: null
-            return False
-        if _uvarint(p, &pos, size) != 0:  # tagged fields
-            return False
-    elif version >= 3:
-        if pos + 2 > size or _int16(p + pos) != -1:  # the instance id: null
-            return False
-        pos += 2
-    return pos == size
 
 
 @cython.profile(False)
@@ -775,6 +660,10 @@ cdef class Reactor:
         cdef ssize_t got, sent
         cdef Py_ssize_t pos, written, count, i
         cdef const uint8_t* data
+        cdef TableCore* core = NULL
+        address = getattr(table, "_core_address", None)
+        if address is not None:
+            core = <TableCore*><size_t>address()
         self.drained = 0
         for i in range(queued):
             fd = queue[i].fd
@@ -795,7 +684,7 @@ cdef class Reactor:
             if table is not None:
                 try:
                     pos = answer_run(
-                        data, 0, got, s.max_size, table, now_ms, self._out,
+                        data, 0, got, s.max_size, table, core, now_ms, self._out,
                         READ_CHUNK + MAX_RESPONSE, &written, &count, trailing,
                         getattr(conn, "client_host", ""),
                     )
