@@ -169,6 +169,21 @@ cdef bint parse_heartbeat(const uint8_t* p, Py_ssize_t size, Span* out) noexcept
     return pos == size
 
 
+@cython.profile(False)
+@cython.linetrace(False)
+cdef inline int span_heartbeat(TableCore* t, Span* span, int64_t now_ms) noexcept nogil:
+    """The heartbeat of the member a parsed frame names, applied under the table's lock: its
+    answer, or CORE_FALLBACK (ids not bound, a state the table does not answer). Untraced
+    and without the GIL, so that nothing between lock and unlock can let another thread in."""
+    pthread_mutex_lock(&t.lock)
+    cdef int code = core_heartbeat(
+        t, core_find(t, span.group_id, span.group_size, span.member_id, span.member_size),
+        span.generation, now_ms, True,
+    )
+    pthread_mutex_unlock(&t.lock)
+    return code
+
+
 cdef inline Py_ssize_t read_uvarint_small(Cursor* c) except -1:
     # Lengths and tag counts of a Heartbeat fit in two varint bytes (up to 16383);
     # anything longer goes to the generic codec.
@@ -473,13 +488,7 @@ cdef Py_ssize_t answer_run(
         if capacity - written[0] < MAX_RESPONSE:
             break  # never for a caller that gives room for end - pos bytes and one more answer
         if core != NULL and parse_heartbeat(p + 4, size, &span):
-            pthread_mutex_lock(&core.lock)
-            code = core_heartbeat(
-                core,
-                core_find(core, span.group_id, span.group_size, span.member_id, span.member_size),
-                span.generation, now_ms, True,
-            )
-            pthread_mutex_unlock(&core.lock)
+            code = span_heartbeat(core, &span, now_ms)
             if code >= 0:
                 q = out + written[0]
                 written[0] = _write_response(q, span.version, span.correlation_id, 0,

@@ -262,34 +262,37 @@ def measure(args: argparse.Namespace, protocol: str) -> tuple[str, int]:
             t1 = time.monotonic()
             rss = rss_mb(server.pid)
             output, _ = run.communicate(timeout=args.duration + 120)
-        first = int(t0 - started)
-        figures = window_figures(out, first + 1, int(t1 - started), HEARTBEAT_API[protocol])
-        summary = json.loads((out / "summary.json").read_text())
-    server_cores = (after[0] - before[0]) / (t1 - t0) if before and after else None
-    workers = summary.get("workers")
-    spread = f", start spread {workers['start_spread_ms']} ms" if workers else ""
-    print(output.decode(errors="replace"))
-    per_heartbeat = (
-        f"{server_cores / figures['heartbeats_per_s'] * 1e6:.1f} us of server CPU a heartbeat "
-        "(commits included); "
-        if server_cores is not None and figures["heartbeats_per_s"]
-        else ""
-    )
-    line = (
-        f"steady window {args.window:.0f} s: {figures['stable']:,} members stable, "
-        f"{figures['heartbeats_per_s']:,.0f} heartbeats/s, p50 {figures['p50_ms']:.2f} ms, "
-        f"p99 {figures['p99_ms']:.2f} ms, p99.9 {figures['p99_9_ms']:.2f} ms, "
-        f"max {figures['max_ms']:.2f} ms; server "
-        f"{server_cores if server_cores is None else f'{server_cores:.2f}'} cores, "
-        f"RSS {rss:.0f} MB; {per_heartbeat}generator {figures['generator_cores']:.2f} cores "
-        f"(whole run {summary['generator']['cores']:.2f}), "
-        f"{figures['generator_cores'] / max(1, figures['stable']) * 1e6:.2f} us CPU/s a member; "
-        f"the loadtest's processes {(tree_after - tree_before) / (t1 - t0):.2f} cores"
-        f"{spread}; exit {run.returncode}"
-    )
-    print(f"{protocol}: {line}")
-    if scrape.seconds:
-        print(scrape.describe())
+            # Within the server's block: a server still busy with the fleet's leaves may
+            # outlast its stop's 10 s, and the run's figures are printed either way.
+            first = int(t0 - started)
+            figures = window_figures(out, first + 1, int(t1 - started), HEARTBEAT_API[protocol])
+            summary = json.loads((out / "summary.json").read_text())
+            server_cores = (after[0] - before[0]) / (t1 - t0) if before and after else None
+            workers = summary.get("workers")
+            spread = f", start spread {workers['start_spread_ms']} ms" if workers else ""
+            print(output.decode(errors="replace"))
+            per_heartbeat = (
+                f"{server_cores / figures['heartbeats_per_s'] * 1e6:.1f} us of server CPU a "
+                "heartbeat (commits included); "
+                if server_cores is not None and figures["heartbeats_per_s"]
+                else ""
+            )
+            generator = figures["generator_cores"]
+            line = (
+                f"steady window {args.window:.0f} s: {figures['stable']:,} members stable, "
+                f"{figures['heartbeats_per_s']:,.0f} heartbeats/s, p50 {figures['p50_ms']:.2f} ms, "
+                f"p99 {figures['p99_ms']:.2f} ms, p99.9 {figures['p99_9_ms']:.2f} ms, "
+                f"max {figures['max_ms']:.2f} ms; server "
+                f"{server_cores if server_cores is None else f'{server_cores:.2f}'} cores, "
+                f"RSS {rss:.0f} MB; {per_heartbeat}generator {generator:.2f} cores "
+                f"(whole run {summary['generator']['cores']:.2f}), "
+                f"{generator / max(1, figures['stable']) * 1e6:.2f} us CPU/s a member; "
+                f"the loadtest's processes {(tree_after - tree_before) / (t1 - t0):.2f} cores"
+                f"{spread}; exit {run.returncode}"
+            )
+            print(f"{protocol}: {line}")
+            if scrape.seconds:
+                print(scrape.describe())
     return line, run.returncode
 
 
