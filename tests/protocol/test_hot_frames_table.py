@@ -33,7 +33,7 @@ def table_frames(draw: st.DrawFn) -> bytes:
     if kind == "stream":
         return draw(stream_frames())
     frame = heartbeat(
-        draw(st.sampled_from(GROUPS + ["nope"])),
+        draw(st.sampled_from([*GROUPS, "nope"])),
         draw(st.sampled_from(MEMBERS)),
         draw(st.integers(0, 3)),
         draw(st.integers(0, 4)),
@@ -50,12 +50,18 @@ def table_frames(draw: st.DrawFn) -> bytes:
     return frame
 
 
+def reads_of(frames: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
+    """One read: up to 8 frames back to back."""
+    return st.lists(frames, min_size=1, max_size=8).map(b"".join)
+
+
 def run(hot: object, table_module: object, reads: list[tuple[bytes, int]]) -> list[object]:
     table = table_module.MemberTable()  # type: ignore[attr-defined]
     slots = fill(table)
     record: list[object] = []
     for n, (data, skip) in enumerate(reads):
-        buf, out, trailing = bytearray(data), bytearray(b"keep"), []
+        buf, out = bytearray(data), bytearray(b"keep")
+        trailing: list[tuple[int, int]] = []
         start = min(skip, len(buf))
         result = outcome(
             hot.answer_heartbeats,  # type: ignore[attr-defined]
@@ -77,7 +83,7 @@ def run(hot: object, table_module: object, reads: list[tuple[bytes, int]]) -> li
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.lists(table_frames(), min_size=1, max_size=8).map(b"".join), st.integers(0, 3)),
+        st.tuples(reads_of(table_frames()), st.integers(0, 3)),
         min_size=1,
         max_size=4,
     )
