@@ -490,11 +490,13 @@ class Connection:
                 # connections run before the rest of the read. Answers keep their order
                 # (the slots), and what was read stays in self._buf. Only in a read of
                 # the consumer protocol (ConsumerGroupHeartbeats, no classic group
-                # request): split over turns, the reads of a load generator's classic
-                # members sharing connections (100k in 1,000 groups on 100 connections)
-                # had whole groups fall silent after their sync, their sessions expiring
-                # 45 s later, which reads handled whole never did (the cause was not
-                # found). Classic reads are handled whole, as they always were.
+                # request). Classic reads are handled whole: split over turns, a load
+                # generator's members sharing connections (100k in 1,000 groups on 100
+                # connections) joined their groups in two rounds rather than one, and a
+                # new member's JoinGroup, waiting for an old member of its group to
+                # rejoin, then held up on their shared connection the very answer that
+                # tells the old member to rejoin. Answers keep their order, so only the
+                # old member's session timeout (45 s) broke the wait.
                 await self._yield_turn()
                 turn_ends = perf_counter_ns() + TURN_NS
 
