@@ -32,6 +32,7 @@ from fastcoord.core.coordinator import Coordinator
 from fastcoord.core.native import partition
 from fastcoord.core.native import timing_wheel as wheels
 from fastcoord.core.records import GroupMetadataKey, GroupMetadataValue, MemberMetadataValue, Record
+from fastcoord.core.result import Result
 from fastcoord.protocol import frames
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.errors import ErrorCode
@@ -288,6 +289,47 @@ def consumer_core_heartbeat() -> Run:
     return run
 
 
+JOIN_BATCH = 100  # consumer-protocol joins whose target assignment is computed together
+
+
+def consumer_join_batch() -> Run:
+    """A consumer-protocol join storm batched as the server batches it: 100 new members join
+    a new group (one topic of 100 partitions) by ConsumerGroupHeartbeat v1, each handled and
+    its records acknowledged; then run_assignments computes the group's target assignment
+    once and answers all 100. N counts joins (a multiple of 100)."""
+    co = Coordinator(CONFIG, NOW, topics=StaticTopics({"topic": JOIN_BATCH}))
+    co.batch_assignments()
+    batches = [0]
+
+    def settled(result: Result) -> int:
+        """The answers of a Result, its records acknowledged (and theirs, in turn)."""
+        answered = len(result.responses)
+        if result.append is not None:
+            log_frames(result.records)
+            answered += settled(co.complete_append(result.append, ErrorCode.NONE, NOW))
+        return answered
+
+    def run(n: int) -> None:
+        for _ in range(n // JOIN_BATCH):
+            group_id = f"join-batch-{batches[0]}"
+            batches[0] += 1
+            answered = 0
+            for i in range(JOIN_BATCH):
+                request = ConsumerGroupHeartbeatRequest(
+                    group_id=group_id,
+                    member_id=member_id(i),
+                    member_epoch=0,
+                    rebalance_timeout_ms=300_000,
+                    subscribed_topic_names=["topic"],
+                    topic_partitions=[],
+                )
+                answered += settled(co.handle(i, request, 1, NOW, CLIENT_ID, HOST))
+            answered += settled(co.run_assignments(NOW))
+            assert answered == JOIN_BATCH, answered
+
+    return run
+
+
 def timing_wheel() -> Run:
     """A session timer scheduled and cancelled, with 100,000 timers armed over 45 s."""
     wheel = wheels.TimingWheel(NOW)
@@ -463,6 +505,7 @@ OPS: dict[str, Callable[[], Run]] = {
     "heartbeat_run": heartbeat_run,
     "consumer_heartbeat_run": consumer_heartbeat_run,
     "consumer_core_heartbeat": consumer_core_heartbeat,
+    "consumer_join_batch": consumer_join_batch,
     "timing_wheel": timing_wheel,
     "member_table_heartbeat": member_table_heartbeat,
     "reactor_serve": reactor_serve,

@@ -64,6 +64,7 @@ COUNTS: dict[str, tuple[int, int]] = {
     "heartbeat_run": (2_000, 22_000),
     "consumer_heartbeat_run": (2_000, 22_000),
     "consumer_core_heartbeat": (1_000, 6_000),
+    "consumer_join_batch": (100, 600),
     "timing_wheel": (2_000, 22_000),
     "member_table_heartbeat": (2_000, 22_000),
     "reactor_serve": (2_000, 12_000),
