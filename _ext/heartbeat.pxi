@@ -1,8 +1,9 @@
 # The Heartbeat fast path, included into hot_frames.pyx (the codec and answer_heartbeats)
 # and reactor.pyx (the lone-heartbeat reactor of `fastcoord serve`), so that both answer a
 # run of heartbeats with the same compiled loop, `answer_run`. The including module includes
-# cursor.pxi and table_core.pxi first and defines `_decode_generic` (fastcoord.protocol.framing.decode_request,
-# the reference for irregular frames) and imports ProtocolError.
+# cursor.pxi and table_core.pxi first and defines `_decode_generic`
+# (fastcoord.protocol.framing.decode_request, the reference for irregular frames) and imports
+# ProtocolError.
 #
 # Wire layouts (HeartbeatRequest.json, HeartbeatResponse.json, RequestHeader.json):
 #

@@ -2,7 +2,8 @@
 # and an index of (group id, member id) UTF-8 bytes -> member slot, so that a thread without
 # the GIL (the reactor's, _ext/reactor.pyx) answers a heartbeat from the bytes of its frame.
 # Included into member_table.pyx, which owns the struct and mutates it under `lock`, and into
-# reactor.pyx, which reaches it through the address MemberTable._core_address() gives.
+# reactor.pyx and hot_frames.pyx, which reach it through the address
+# MemberTable._core_address() gives.
 # Included, not cimported: the extensions are built one module each. The including module
 # cimports int32_t, int64_t, uint8_t, uint64_t and memcmp, memcpy.
 #
