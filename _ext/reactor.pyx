@@ -251,6 +251,20 @@ cdef Py_ssize_t answer_lone(Loop* s, Py_ssize_t got, int64_t now_ms) noexcept no
 
 @cython.profile(False)
 @cython.linetrace(False)
+cdef inline int _send(int fd, const char* data, ssize_t size, ssize_t* sent) noexcept nogil:
+    """Send without blocking: the bytes the socket took in sent[0], and the error that ends
+    the connection (0 when the socket was only full)."""
+    cdef ssize_t n = send(fd, data, size, MSG_NOSIGNAL)
+    if n >= 0:
+        sent[0] = n
+        return 0
+    sent[0] = 0
+    cdef int err = errno
+    return 0 if err == EAGAIN or err == EINTR else err
+
+
+@cython.profile(False)
+@cython.linetrace(False)
 cdef void serve_fd(Loop* s, uint64_t key, int64_t now_ms, double now) noexcept nogil:
     """The first step for one ready descriptor. The mutex is held."""
     cdef int fd = <int>(key & <uint64_t>0xFFFFFFFFU)
@@ -274,17 +288,11 @@ cdef void serve_fd(Loop* s, uint64_t key, int64_t now_ms, double now) noexcept n
     if written < 0:
         _queue(s, fd, 0, got == READ_CHUNK, True, <const char*>s.inbuf, got)
         return
-    sent = send(fd, s.outbuf, written, MSG_NOSIGNAL)
+    err = _send(fd, s.outbuf, written, &sent)
     if sent == written:
         s.moved[fd] = now
         _rearm(s, fd)
         return
-    err = 0
-    if sent < 0:
-        err = errno
-        sent = 0
-        if err == EAGAIN or err == EINTR:
-            err = 0
     # The client is not reading (or has gone): the answers go to its connection, whose
     # writer waits for the socket.
     _queue(s, fd, err, got == READ_CHUNK, False, s.outbuf + sent, written - sent)
@@ -703,19 +711,13 @@ cdef class Reactor:
                 if trailing:
                     trailing = []
                 continue
-            sent = send(fd, self._out, written, MSG_NOSIGNAL)
+            err = _send(fd, self._out, written, &sent)
             if sent == written:
                 pthread_mutex_lock(&s.mutex)
                 s.moved[fd] = now
                 _rearm(s, fd)
                 pthread_mutex_unlock(&s.mutex)
                 continue
-            err = 0
-            if sent < 0:
-                err = errno
-                sent = 0
-                if err == EAGAIN or err == EINTR:
-                    err = 0
             self._hand(
                 handed, fd, conn, PyBytes_FromStringAndSize(self._out + sent, written - sent),
                 b"", queue[i].more, err, None,

@@ -52,26 +52,31 @@ def test_benchmark_runs(cls: type, tmp_path: Path, monkeypatch: pytest.MonkeyPat
                 getattr(bench, name)(*cache, *combo)
 
 
+def run_script(module: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """One of benches/' scripts (not asv benchmarks) run from the repository's root; it must
+    exit 0."""
+    run = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run
+
+
 @pytest.mark.slow  # saturates both cores for a while: not beside the other suite's timings
 def test_cluster_run_smoke() -> None:
     """benches/cluster_run.py is a script, not an asv benchmark: run it tiny (half a
     second a phase, a few members a node) to prove that every phase and the report work."""
-    root = Path(__file__).resolve().parent.parent
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benches.cluster_run",
-            *("--rounds", "1", "--seconds", "0.5", "--warmup", "0.2"),
-            *("--drivers", "1", "--shared-members", "40", "--own-connections", "40"),
-            *("--own-rate", "5000"),
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
+    run = run_script(
+        "benches.cluster_run",
+        *("--rounds", "1", "--seconds", "0.5", "--warmup", "0.2"),
+        *("--drivers", "1", "--shared-members", "40", "--own-connections", "40"),
+        *("--own-rate", "5000"),
         timeout=120,
     )
-    assert run.returncode == 0, run.stdout + run.stderr
     for row in ("librdkafka mock", "(a) lone server", "(b) 2-node cluster", "(c) one node of 2"):
         assert row in run.stdout
     assert "| members on their own connections |" in run.stdout
@@ -83,19 +88,11 @@ def test_cluster_run_callgrind_smoke() -> None:
     """The script's instruction counts (two servers under callgrind): about a minute, its
     heartbeat counts being fixed; few members, as the smoke test's question is whether the
     mode runs and reports, not what it counts."""
-    root = Path(__file__).resolve().parent.parent
-    run = subprocess.run(
-        [
-            sys.executable,
-            *("-m", "benches.cluster_run", "--callgrind"),
-            *("--shared-members", "60", "--own-connections", "20"),
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
+    run = run_script(
+        "benches.cluster_run",
+        *("--callgrind", "--shared-members", "60", "--own-connections", "20"),
         timeout=900,
     )
-    assert run.returncode == 0, run.stdout + run.stderr
     assert "| node / lone |" in run.stdout
 
 
@@ -103,20 +100,12 @@ def test_cluster_run_callgrind_smoke() -> None:
 def test_storm_run_smoke(tmp_path: Path) -> None:
     """benches/storm_run.py is a script, not an asv benchmark: a storm of a few hundred
     members proves that the run, the prober, the CPU sampler and the report work."""
-    root = Path(__file__).resolve().parent.parent
-    run = subprocess.run(
-        [
-            sys.executable,
-            *("-m", "benches.storm_run", "--group-protocol", "classic"),
-            *("--members", "200", "--groups", "4", "--members-per-connection", "50"),
-            *("--duration", "8", "--out", str(tmp_path)),
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
+    run = run_script(
+        "benches.storm_run",
+        *("--group-protocol", "classic", "--members", "200", "--groups", "4"),
+        *("--members-per-connection", "50", "--duration", "8", "--out", str(tmp_path)),
         timeout=120,
     )
-    assert run.returncode == 0, run.stdout + run.stderr
     assert "all members stable: at " in run.stdout, run.stdout
     assert "connection attempts timed out: 0 " in run.stdout, run.stdout
     probes = json.loads((tmp_path / "classic" / "probes.json").read_text())
