@@ -96,6 +96,26 @@ def test_cluster_run_callgrind_smoke() -> None:
     assert "| node / lone |" in run.stdout
 
 
+@pytest.mark.slow  # a server and the mock driven on both cores for the run's seconds
+def test_lone_heartbeats_run_smoke() -> None:
+    """benches/lone_heartbeats_run.py against fastcoord and the librdkafka mock, tiny: both
+    peers' lines and their ratios come out, and with perf present the samples split each
+    peer's CPU (what the user-space aim is judged by)."""
+    split = ("--perf-split",) if shutil.which("perf") else ()
+    run = run_script(
+        "benches.lone_heartbeats_run",
+        *("--connections", "20", "--rate", "500", "--seconds", "2", "--warmup", "0.5"),
+        *("--server", "both", *split),
+        timeout=120,
+    )
+    assert "fastcoord: 20 connections" in run.stdout, run.stdout
+    assert "librdkafka mock: 20 connections" in run.stdout, run.stdout
+    assert "fastcoord / mock, CPU per heartbeat: " in run.stdout, run.stdout
+    if split:
+        assert run.stdout.count("perf record in the window: ") == 2, run.stdout
+        assert "(perf record's samples)" in run.stdout, run.stdout
+
+
 @pytest.mark.slow  # a server and a loadtest on both cores for the run's seconds
 def test_storm_run_smoke(tmp_path: Path) -> None:
     """benches/storm_run.py is a script, not an asv benchmark: a storm of a few hundred
