@@ -39,7 +39,7 @@ cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.errno cimport EAGAIN, EINTR, ENOMEM, errno  # EWOULDBLOCK is EAGAIN where epoll is
 from libc.math cimport INFINITY
-from libc.stdlib cimport realloc
+from libc.stdlib cimport malloc, realloc
 from libc.string cimport memset, strerror
 from posix.time cimport CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, timespec
 from posix.unistd cimport close, read, write
@@ -132,9 +132,10 @@ cdef struct Loop:
     uint8_t* state  # fd -> IDLE, ARMED or QUEUED
     uint32_t* gen  # fd -> parked how many times: events of an earlier park are stale
     double* moved  # fd -> when bytes last moved on it while parked (Trio's clock)
-    Handed* queue
+    Handed* queue  # a place for every socket parked (reserved by add and drain)
     Py_ssize_t queued
     Py_ssize_t queue_capacity
+    Py_ssize_t fail_copies  # for tests: copies to fail as if memory had run out
     TableCore* table  # NULL: the first step answers nothing
     bint threaded
     double offset  # Trio's clock minus CLOCK_MONOTONIC, for the thread's stamps
@@ -173,22 +174,27 @@ cdef inline int _rearm(Loop* s, int fd) noexcept nogil:
 cdef inline void _queue(
     Loop* s, int fd, int error, int more, int process, const char* data, Py_ssize_t size
 ) noexcept nogil:
-    # The mutex is held. The descriptor is the Trio side's until drain has seen it.
-    cdef Handed* grown
+    # The mutex is held. The descriptor is the Trio side's until drain has seen it. The
+    # queue has a place for it: add and drain reserve one for every socket parked, and a
+    # socket is queued once until drain has seen it.
     cdef char* copy = NULL
     if s.queued == s.queue_capacity:
-        grown = <Handed*>realloc(s.queue, (s.queue_capacity * 2 + 16) * sizeof(Handed))
-        if grown == NULL:
-            s.failed = ENOMEM
-            return
-        s.queue = grown
-        s.queue_capacity = s.queue_capacity * 2 + 16
+        s.failed = ENOMEM  # not reached: the places are reserved; drain raises it
+        return
     if size > 0:
-        copy = <char*>malloc(size)
+        if s.fail_copies > 0:
+            s.fail_copies -= 1
+        else:
+            copy = <char*>malloc(size)
         if copy == NULL:
-            s.failed = ENOMEM
-            return
-        memcpy(copy, data, size)
+            # The bytes are gone from the socket and cannot be kept: the connection is
+            # handed back with the error, and closes, rather than reading on from the
+            # middle of a request.
+            error = ENOMEM
+            more = process = False
+            size = 0
+        else:
+            memcpy(copy, data, size)
     s.queue[s.queued].fd = fd
     s.queue[s.queued].gen = s.gen[fd]
     s.queue[s.queued].error = error
@@ -353,6 +359,19 @@ cdef void* run_thread(void* arg) noexcept nogil:
     return NULL
 
 
+cdef int _reserve(Handed** queue, Py_ssize_t* capacity, Py_ssize_t need) noexcept:
+    """Grow *queue to at least `need` places (doubling); 0, or ENOMEM with it unchanged."""
+    if capacity[0] >= need:
+        return 0
+    cdef Py_ssize_t places = max(need, capacity[0] * 2, 16)
+    cdef Handed* grown = <Handed*>realloc(queue[0], places * sizeof(Handed))
+    if grown == NULL:
+        return ENOMEM
+    queue[0] = grown
+    capacity[0] = places
+    return 0
+
+
 @cython.final
 cdef class Reactor:
     cdef Loop* _s
@@ -364,6 +383,8 @@ cdef class Reactor:
     cdef char* _out  # drain's answers
     cdef public Py_ssize_t drained  # heartbeats the last drain answered itself (answer_run)
     cdef dict _pending  # fd -> what the thread read or left unsent before remove (take_pending)
+    cdef Handed* _spare  # the queue drain took last, emptied: the thread's next one
+    cdef Py_ssize_t _spare_capacity
 
     def __cinit__(self, Py_ssize_t max_size):
         self._parked = []
@@ -401,6 +422,7 @@ cdef class Reactor:
         for i in range(s.queued):
             free(s.queue[i].data)
         free(s.queue)
+        free(self._spare)
         PyMem_Free(s.inbuf)
         PyMem_Free(s.outbuf)
         PyMem_Free(s.events)
@@ -546,6 +568,12 @@ cdef class Reactor:
         try:
             if fd >= s.capacity:
                 self._grow(fd)
+            # A place in the queue for this socket beside every other parked, so that the
+            # thread never allocates one.
+            if s.queue_capacity < s.queued + self._count + 1:
+                err = _reserve(&s.queue, &s.queue_capacity, s.queued + self._count + 1)
+                if err:
+                    raise _os_error(err)
             s.gen[fd] += 1
             event.events = EPOLLIN | EPOLLONESHOT
             event.data.u64 = <uint64_t>fd | (<uint64_t>s.gen[fd] << 32)
@@ -591,6 +619,13 @@ cdef class Reactor:
         socket for drain and drain had not handed over yet, or None. The bytes are gone
         from the socket: the connection must take them first (rest is to be handled whole)."""
         return self._pending.pop(fd, None)
+
+    def _fail_copies(self, Py_ssize_t count):
+        """For tests: the next `count` reads the first step copies for drain fail to be
+        copied, as when memory runs out."""
+        pthread_mutex_lock(&self._s.mutex)
+        self._s.fail_copies = count
+        pthread_mutex_unlock(&self._s.mutex)
 
     cdef inline void _forget(self, int fd) noexcept:
         cdef Loop* s = self._s
@@ -643,14 +678,23 @@ cdef class Reactor:
             read(s.wake_fd, &count, 8)  # before the queue is taken: a later read wakes us
         else:
             self.serve_ready(table, now_ms, now)
+        # The thread's next queue, with a place for every socket parked: allocated here,
+        # where failing raises, before anything is taken.
+        cdef int err = _reserve(&self._spare, &self._spare_capacity, self._count + 1)
+        if err:
+            raise _os_error(err)
         pthread_mutex_lock(&s.mutex)
         cdef Handed* queue = s.queue
         cdef Py_ssize_t queued = s.queued
+        cdef Py_ssize_t capacity = s.queue_capacity
         cdef int failed = s.failed
-        s.queue = NULL
-        s.queued = s.queue_capacity = 0
+        s.queue = self._spare
+        s.queue_capacity = self._spare_capacity
+        s.queued = 0
         s.failed = 0
         pthread_mutex_unlock(&s.mutex)
+        self._spare = NULL
+        self._spare_capacity = 0
         try:
             if failed:
                 raise _os_error(failed)
@@ -658,7 +702,11 @@ cdef class Reactor:
         finally:
             for i in range(queued):
                 free(queue[i].data)
-            free(queue)
+            if self._spare == NULL:
+                self._spare = queue
+                self._spare_capacity = capacity
+            else:
+                free(queue)
 
     cdef list _handle(self, Handed* queue, Py_ssize_t queued, table, int64_t now_ms, double now):
         cdef Loop* s = self._s

@@ -44,6 +44,7 @@ closes once it has sent every answer it owes.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -387,6 +388,11 @@ class Connection:
             self._ignored(HeartbeatRequest, version, extra)
         self.take_back(answers, rest)
         self._wait_first = not more
+        if error == errno.ENOMEM:
+            # What the reactor read could not be kept: the next bytes in the socket may be
+            # the middle of a request, so the connection ends here; the client reconnects.
+            log.error("connection from %s closed: no memory to keep what it sent", self.peer)
+            return False
         if error > 0:
             raise OSError(error, os.strerror(error))
         return error == 0

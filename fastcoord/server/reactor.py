@@ -37,6 +37,7 @@ class Reactor:
         self._parked: dict[int, Any] = {}  # fd -> the connection parked on it
         self._moved: dict[int, float] = {}  # fd -> when bytes last moved while parked
         self.drained = 0  # heartbeats the last drain answered
+        self._failing = 0  # for tests: reads to hand over as if memory had run out
 
     @property
     def threaded(self) -> bool:
@@ -102,6 +103,12 @@ class Reactor:
         self._forget(fd)
         return self._moved[fd]
 
+    def _fail_copies(self, count: int) -> None:
+        """For tests: the next `count` reads handed over with their bytes are handed over
+        as the compiled module hands over a read it has no memory to copy: without them,
+        with ENOMEM."""
+        self._failing = count
+
     def _forget(self, fd: int) -> None:
         # Failure means the registration is gone already (the socket closed behind us).
         with contextlib.suppress(OSError):
@@ -157,6 +164,10 @@ class Reactor:
                     pos, out, trailing, answered = 0, bytearray(), [], 0
                 self.drained += answered
             more = len(data) == READ_SIZE
+            if (pos < len(data) or trailing) and self._failing:
+                self._failing -= 1
+                self._hand(handed, fd, b"", b"", False, errno.ENOMEM, None)
+                continue
             if pos < len(data) or trailing:
                 self._hand(handed, fd, bytes(out), data[pos:], more, 0, trailing or None)
                 continue

@@ -424,6 +424,35 @@ def test_a_failing_reactor_is_logged_and_connections_carry_on_without_it(
     assert any("the reactor failed" in r.getMessage() for r in caplog.records)
 
 
+def test_a_read_the_reactor_cannot_keep_closes_its_connection_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """When the reactor has no memory to keep a read for the Trio side, the bytes are gone
+    from the socket: that connection closes with a log line (it must not read on from the
+    middle of a request), and the others, and the members of its group, carry on."""
+
+    async def main() -> None:
+        async with serving(config(), count=2) as (server, [a, b]):
+            member = await join(a)
+            assert (await b.ask(ApiVersionsRequest(), 0)).error_code == 0
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(server.parking) == 2
+            server.parking.reactor._fail_copies(1)
+            await a.send(a.frame(ApiVersionsRequest(), 0))
+            with pytest.raises(EOFError):
+                await a.receive()
+            assert (await b.ask(ApiVersionsRequest(), 0)).error_code == 0
+            await b.send(b.frame(HeartbeatRequest(GROUP, member.generation, member.member_id), 3))
+            assert (await b.receive()).error_code == 0
+            assert len(server.connections) == 1
+
+    with caplog.at_level(logging.INFO, logger="fastcoord.server"):
+        run(main)
+    closed = [r for r in caplog.records if "no memory to keep what it sent" in r.getMessage()]
+    assert len(closed) == 1 and closed[0].levelname == "ERROR"
+    assert not [r for r in caplog.records if r.exc_info], "a traceback: not the ENOMEM path"
+
+
 class Refusing:
     """A reactor that takes no more sockets, as when the kernel's epoll watches run out."""
 

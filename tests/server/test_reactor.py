@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import errno
 import math
+import select
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -239,6 +241,90 @@ def test_the_clients_end_and_failures_are_handed_back(module: Any) -> None:
                 ("reset", b"", b"", False, errno.ECONNRESET, None),
             ]
             assert len(reactor) == 0
+    finally:
+        reactor.close()
+
+
+@pytest.mark.parametrize("module", MODULES, ids=["compiled", "twin"])
+def test_a_read_with_no_memory_to_keep_it_is_handed_back_as_enomem(module: Any) -> None:
+    """The bytes of a read the reactor cannot copy for drain are gone from the socket: their
+    connection is handed back with ENOMEM and nothing else (it must close, not read on from
+    the middle of a request); the other sockets' reads are handed back whole, and lone
+    heartbeats, which need no copy, are answered as ever."""
+    reactor = module.Reactor(1 << 20)
+    versions = framing.encode_request(
+        RequestHeader(ApiKey.API_VERSIONS, 0, 9, "c"), ApiVersionsRequest()
+    )
+    try:
+        with pairs(3) as [(a, client_a), (b, client_b), (c, client_c)]:
+            for sock, name in ((a, "a"), (b, "b"), (c, "c")):
+                reactor.add(sock.fileno(), name)
+            reactor._fail_copies(1)
+            client_a.sendall(versions)
+            client_b.sendall(versions)
+            client_c.sendall(heartbeat("m"))
+            handed = sorted(reactor.drain(Table(), 5, 1.0))
+            assert len(handed) == 2, handed
+            failed = [h for h in handed if h[4] == errno.ENOMEM]
+            whole = [h for h in handed if h[4] == 0]
+            assert [h[1:] for h in failed] == [(b"", b"", False, errno.ENOMEM, None)]
+            assert [h[1:] for h in whole] == [(b"", versions, False, 0, None)]
+            assert received(client_c) == answer("m")
+            assert len(reactor) == 1  # c, parked still
+            client_c.sendall(versions)  # the failures asked for are spent
+            assert reactor.drain(Table(), 5, 1.0) == [("c", b"", versions, False, 0, None)]
+    finally:
+        reactor.close()
+
+
+def test_the_thread_has_a_place_in_its_queue_for_every_read() -> None:
+    """The compiled reactor's thread never allocates a place in its queue (a read it could
+    not queue would be lost): add and drain reserve one for every socket parked. Of three
+    hundred sockets parked, one is read and drained first (the queue drain leaves the
+    thread must hold the other 299); then the rest are read at once, a third of them taken
+    off while queued and parked again (each then queued a second time in the same queue),
+    and all are handed back, none lost."""
+    reactor = compiled.Reactor(1 << 20)
+    versions = framing.encode_request(
+        RequestHeader(ApiKey.API_VERSIONS, 0, 9, "c"), ApiVersionsRequest()
+    )
+
+    def queued(fd: int) -> bool:
+        ready, _, _ = select.select([fd], [], [], 5)
+        return bool(ready)
+
+    try:
+        reactor.start(None, 0.0)
+        with pairs(300) as made:
+            for i, (ours, _) in enumerate(made):
+                reactor.add(ours.fileno(), i)
+            made[0][1].sendall(versions)
+            assert queued(reactor.fileno())
+            handed: list[Any] = reactor.drain(None, 5, 1.0)
+            assert handed == [(0, b"", versions, False, 0, None)]
+            for _, theirs in made[1:]:
+                theirs.sendall(versions)
+            assert queued(reactor.fileno())
+            deadline = time.monotonic() + 10
+            taken = 0
+            for i, (ours, theirs) in enumerate(made[3::3], 1):
+                while True:  # wait for the thread to have queued this one's read
+                    reactor.remove(ours.fileno())
+                    pending = reactor.take_pending(ours.fileno())
+                    if pending is not None or time.monotonic() > deadline:
+                        break
+                    reactor.add(ours.fileno(), 3 * i)
+                    time.sleep(0.001)
+                assert pending == (b"", versions, False, 0)
+                taken += 1
+                reactor.add(ours.fileno(), 3 * i)
+                theirs.sendall(versions)
+            while len(handed) < len(made) and time.monotonic() < deadline:
+                if queued(reactor.fileno()):
+                    handed += reactor.drain(None, 5, 1.0)
+            assert taken == 99
+            assert sorted(h[0] for h in handed) == list(range(len(made)))
+            assert all(h[1:] == (b"", versions, False, 0, None) for h in handed)
     finally:
         reactor.close()
 
