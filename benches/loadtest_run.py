@@ -213,36 +213,57 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def server_args(protocol: str, heartbeat_interval_ms: int) -> tuple[str, ...]:
+    """`fastcoord serve`'s arguments for a run: in memory, 12 partitions, and for the
+    consumer protocol the fleet's heartbeat interval as the group's."""
+    args: tuple[str, ...] = ("--in-memory", "--num-partitions", "12")
+    if protocol == "consumer":
+        interval = str(heartbeat_interval_ms)
+        args += ("--group-consumer-heartbeat-interval-ms", interval)
+        args += ("--group-consumer-min-heartbeat-interval-ms", interval)
+    return args
+
+
+def loadtest_command(
+    bootstrap: str,
+    protocol: str,
+    args: argparse.Namespace,
+    out: Path,
+    client_core: int | None,
+    *extra: str,
+) -> list[str]:
+    """`fastcoord loadtest` against `bootstrap`, pinned to `client_core` when there is one,
+    with the run's shape from `args` (members, groups, sharing, duration, intervals)."""
+    return [
+        *(["taskset", "-c", str(client_core)] if client_core is not None else []),
+        sys.executable,
+        *("-m", "fastcoord", "loadtest", "--bootstrap", bootstrap),
+        *("--group-protocol", protocol),
+        *("--members", str(args.members), "--groups", str(args.groups)),
+        *("--members-per-connection", str(args.members_per_connection)),
+        *extra,
+        *("--duration", str(args.duration)),
+        *("--heartbeat-interval-ms", str(args.heartbeat_interval_ms)),
+        *("--commit-interval-ms", str(args.commit_interval_ms)),
+        *("--out", str(out)),
+    ]
+
+
 def measure(args: argparse.Namespace, protocol: str) -> tuple[str, int]:
     """One run against a fresh server: its summary printed, and the steady window's line."""
     client_core, server_core = cores()
     with tempfile.TemporaryDirectory(prefix="fastcoord-loadtest-run-") as tmp:
         out = Path(tmp) / "run"
-        server_args: tuple[str, ...] = ("--in-memory", "--num-partitions", "12")
-        if protocol == "consumer":
-            interval = str(args.heartbeat_interval_ms)
-            server_args += ("--group-consumer-heartbeat-interval-ms", interval)
-            server_args += ("--group-consumer-min-heartbeat-interval-ms", interval)
+        serving = server_args(protocol, args.heartbeat_interval_ms)
         if args.scrape_every:
-            server_args += ("--admin-port", "0")
-        with fastcoord_server(Path(tmp), *server_args, core=server_core) as server:
-            command = [
-                *(["taskset", "-c", str(client_core)] if client_core is not None else []),
-                sys.executable,
-                *("-m", "fastcoord", "loadtest", "--bootstrap", server.bootstrap),
-                *("--group-protocol", protocol),
-                *("--members", str(args.members), "--groups", str(args.groups)),
-                *("--members-per-connection", str(args.members_per_connection)),
-                *(
-                    ("--master", args.master, "--workers", str(args.workers))
-                    if args.master
-                    else ("--processes", str(args.processes))
-                ),
-                *("--duration", str(args.duration)),
-                *("--heartbeat-interval-ms", str(args.heartbeat_interval_ms)),
-                *("--commit-interval-ms", str(args.commit_interval_ms)),
-                *("--out", str(out)),
-            ]
+            serving += ("--admin-port", "0")
+        with fastcoord_server(Path(tmp), *serving, core=server_core) as server:
+            workers = (
+                ("--master", args.master, "--workers", str(args.workers))
+                if args.master
+                else ("--processes", str(args.processes))
+            )
+            command = loadtest_command(server.bootstrap, protocol, args, out, client_core, *workers)
             run = subprocess.Popen(
                 command, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
             )

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -41,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benches.loadtest_run import run_start
+from benches.loadtest_run import loadtest_command, run_start, server_args
 from fastcoord.client.blocking import Connection
 from fastcoord.loadtest.scenarios import Plan
 from fastcoord.loadtest.summary import exact_percentile
@@ -233,30 +232,15 @@ def directory(out: str | None, protocol: str) -> Iterator[Path]:
 def measure(args: argparse.Namespace, protocol: str) -> Storm:
     """One storm against a fresh server."""
     client_core, server_core = cores()
-    server_args: tuple[str, ...] = ("--in-memory", "--num-partitions", "12")
-    if protocol == "consumer":
-        interval = str(args.heartbeat_interval_ms)
-        server_args += ("--group-consumer-heartbeat-interval-ms", interval)
-        server_args += ("--group-consumer-min-heartbeat-interval-ms", interval)
+    serving = server_args(protocol, args.heartbeat_interval_ms)
     # The prober's and the sampler's threads inherit the client's core.
     with (
         pinned(client_core),
         directory(args.out, protocol) as where,
-        fastcoord_server(where, *server_args, core=server_core) as server,
+        fastcoord_server(where, *serving, core=server_core) as server,
     ):
         out = where / "run"
-        command = [
-            *(["taskset", "-c", str(client_core)] if client_core is not None else []),
-            sys.executable,
-            *("-m", "fastcoord", "loadtest", "--bootstrap", server.bootstrap),
-            *("--group-protocol", protocol),
-            *("--members", str(args.members), "--groups", str(args.groups)),
-            *("--members-per-connection", str(args.members_per_connection)),
-            *("--duration", str(args.duration)),
-            *("--heartbeat-interval-ms", str(args.heartbeat_interval_ms)),
-            *("--commit-interval-ms", str(args.commit_interval_ms)),
-            *("--out", str(out)),
-        ]
+        command = loadtest_command(server.bootstrap, protocol, args, out, client_core)
         with (
             CpuSampler(server.pid) as cpu,
             Prober(server.host, server.port, probe_groups(args)) as prober,

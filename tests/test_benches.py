@@ -96,6 +96,20 @@ def test_cluster_run_callgrind_smoke() -> None:
     assert "| node / lone |" in run.stdout
 
 
+@pytest.mark.slow  # a server and a loadtest on both cores for the run's seconds
+def test_loadtest_run_smoke() -> None:
+    """benches/loadtest_run.py, tiny: the server and the fleet it starts, and the steady
+    window's line."""
+    run = run_script(
+        "benches.loadtest_run",
+        *("--members", "200", "--groups", "4", "--members-per-connection", "50"),
+        *("--duration", "8", "--window", "3"),
+        timeout=120,
+    )
+    assert "classic: steady window 3 s: " in run.stdout, run.stdout
+    assert "; exit 0" in run.stdout, run.stdout
+
+
 @pytest.mark.slow  # a server and the mock driven on both cores for the run's seconds
 def test_lone_heartbeats_run_smoke() -> None:
     """benches/lone_heartbeats_run.py against fastcoord and the librdkafka mock, tiny: both
