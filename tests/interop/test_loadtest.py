@@ -151,7 +151,17 @@ def test_steady_agrees_with_the_servers_view(server: ServerProcess, tmp_path: Pa
     assert s["complete"] and s["outcome"] == "completed"
     assert s["members"]["peak_stable"] == 30
     heartbeats = s["apis"]["Heartbeat"]
-    assert heartbeats["count"] > 30 * 3 and heartbeats["errors"] == heartbeats["signals"] == {}
+    assert heartbeats["count"] > 30 * 3 and heartbeats["errors"] == {}
+    # With no rebalance delay, a group whose members' joins straggle in (a slow machine's
+    # reads cut the generator's burst) forms in two rounds, and the heartbeats of the first
+    # round's members are told to rejoin: the protocol's signal, while joining only. Once
+    # every member is stable nothing rebalances.
+    phases = s["phases"]
+    joining = phases["joining"]["apis"].get("Heartbeat", {}).get("signals", {})
+    assert set(heartbeats["signals"]) <= {"REBALANCE_IN_PROGRESS"}
+    assert heartbeats["signals"] == joining
+    steady = phases["steady"]["apis"]["Heartbeat"]
+    assert steady["count"] > 0 and steady["errors"] == steady["signals"] == {}
     assert s["unexpected_expirations"] == 0
     # A join's MEMBER_ID_REQUIRED is the protocol's signal, no error.
     joins = s["apis"]["JoinGroup"]
@@ -160,10 +170,8 @@ def test_steady_agrees_with_the_servers_view(server: ServerProcess, tmp_path: Pa
     # Every member stable well before the end: the steady phase lies between the joins and
     # the leaves, and the figures lead with it.
     assert s["steady_by"] == "members"
-    phases = s["phases"]
     assert phases["joining"]["last_s"] + 1 == phases["steady"]["first_s"]
     assert phases["steady"]["last_s"] == 6 and phases["leaving"]["first_s"] == 7
-    assert phases["steady"]["apis"]["Heartbeat"]["count"] > 0
     assert "JoinGroup" not in phases["steady"]["apis"]
     assert phases["leaving"]["apis"]["LeaveGroup"]["count"] == 30
     events = server_events(server)
