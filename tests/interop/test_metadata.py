@@ -103,6 +103,11 @@ class Member:
             enable_auto_commit=False,
             session_timeout_ms=10_000,
             heartbeat_interval_ms=500,
+            # On a loaded machine kafka-python's leader once assigned with metadata that did
+            # not hold the topic yet (it logged "No partition metadata for topic") and did
+            # not rejoin within 30 s: it rejoins when a metadata update shows the topic, and
+            # the next periodic refresh is 5 minutes away by default.
+            metadata_max_age_ms=2_000,
         )
         # No partitions_for_topic() first (tests/interop/kafka_python_member.py): it asks
         # for every topic, which creates none, and a leader that assigns with that view
