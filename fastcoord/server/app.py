@@ -100,6 +100,9 @@ ANSWERS_PER_TURN = 128  # delivered at once; past that, by `deliver`
 DELIVER_TURN_NS = 2_000_000
 ANSWERS_PER_CHECK = 32  # answers delivered between two looks at the time
 ASSIGN_TURN_NS = 2_000_000
+# The core's tasks that take a share of the turns connections yielded: the clock, the
+# delivery of answers, the assignments. Together they take what the connections took.
+CORE_TASKS = 3
 ASSIGNMENT_MEMBERS_PER_TURN = 200  # a call of run_assignments: a group of 100, or two
 HEARTBEAT = int(ApiKey.HEARTBEAT)
 CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
@@ -576,14 +579,17 @@ class Server:
 
     def _share(self, task: str, base_ns: int) -> int:
         """How long `task`, one of the core's (the clock, answers to deliver, assignments to
-        run), may take this turn: `base_ns`, plus a connection's turn for each turn a
-        connection yielded since its last (connection.TURN_NS). A turn runs every
-        connection with work once: at a fixed share the core's task had a hundredth of the
-        server behind a hundred busy connections, and the answers it owed (a storm's
-        rebalances completing) came late enough for members waiting on them to time out."""
+        run), may take this turn: `base_ns`, plus its part of a connection's turn for each
+        turn a connection yielded since its last (connection.TURN_NS): the core's tasks
+        together take what the connections took. A turn runs every connection with work
+        once: at a fixed share the core's task had a hundredth of the server behind a
+        hundred busy connections, and the answers it owed (a storm's rebalances completing)
+        came late enough for members waiting on them to time out; at a connection's turn
+        each, the three tasks made a turn up to four times the connections' work, and a
+        new connection waited behind it."""
         seen = self._yields_seen.get(task, 0)
         self._yields_seen[task] = self.turns_yielded
-        return base_ns + (self.turns_yielded - seen) * TURN_NS
+        return base_ns + (self.turns_yielded - seen) * TURN_NS // CORE_TASKS
 
     def run_assignments(self) -> None:
         """Every target assignment due, at once (what `assign` does a slice at a time)."""
