@@ -355,6 +355,7 @@ def measure(
     started = time.monotonic()
     members = Members(server, args.connections, groups)
     joined_s = time.monotonic() - started
+    counter = sampler = None
     try:
         driver = Driver(members, args.rate)
         driver.run(args.warmup)
@@ -379,6 +380,10 @@ def measure(
         calls, traced = strace_calls(server.pid, 5, driver) if args.strace else ({}, 0)
     finally:
         members.close()
+        for perf in (counter, sampler):  # stopped above, unless the window failed
+            if perf is not None and perf.poll() is None:
+                perf.kill()
+                perf.wait()
     assert before is not None and after is not None
     return Measured(
         peer=peer,
