@@ -109,8 +109,8 @@ def test_sigkill_during_merges_leaves_no_event_twice(tmp_path: Path) -> None:
         with fastcoord_server(tmp_path, *small_rolls(500)) as server:
             after_start = committed_groups(events_dir)
             assert Counter(after_start) == Counter(everything)  # leftovers finished or cleaned
-            # The killed merge's hidden output goes in the pass the server starts with, which
-            # runs beside serving (and may itself be writing one when we look).
+            # The start removed what the killed merge left; the merge pass it then begins
+            # runs beside serving, and may be writing a hidden file of its own as we look.
             deadline = time.monotonic() + 10
             while hidden(events_dir) and time.monotonic() < deadline:
                 time.sleep(0.01)
