@@ -570,10 +570,9 @@ cdef class Reactor:
                 self._grow(fd)
             # A place in the queue for this socket beside every other parked, so that the
             # thread never allocates one.
-            if s.queue_capacity < s.queued + self._count + 1:
-                err = _reserve(&s.queue, &s.queue_capacity, s.queued + self._count + 1)
-                if err:
-                    raise _os_error(err)
+            err = _reserve(&s.queue, &s.queue_capacity, s.queued + self._count + 1)
+            if err:
+                raise _os_error(err)
             s.gen[fd] += 1
             event.events = EPOLLIN | EPOLLONESHOT
             event.data.u64 = <uint64_t>fd | (<uint64_t>s.gen[fd] << 32)
@@ -702,11 +701,8 @@ cdef class Reactor:
         finally:
             for i in range(queued):
                 free(queue[i].data)
-            if self._spare == NULL:
-                self._spare = queue
-                self._spare_capacity = capacity
-            else:
-                free(queue)
+            self._spare = queue
+            self._spare_capacity = capacity
 
     cdef list _handle(self, Handed* queue, Py_ssize_t queued, table, int64_t now_ms, double now):
         cdef Loop* s = self._s

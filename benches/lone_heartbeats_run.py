@@ -318,17 +318,22 @@ class Measured:
     traced: int
     samples: tuple[int, int] | None  # perf record's (user, kernel) samples, --perf-split
 
+    @property
+    def sampled(self) -> bool:
+        """Whether perf record's samples split the CPU (taken, and some)."""
+        return bool(self.samples and sum(self.samples))
+
     def user_share(self) -> float:
         """User-space CPU over kernel CPU: by perf record's samples when taken (/proc's
         tick-sampled split moved from 0.25 to 1.2 between runs where the samples said
         0.09 to 0.10), else by /proc."""
-        if self.samples and sum(self.samples):
+        if self.samples and self.sampled:
             user, kernel = self.samples
             return user / max(kernel, 1)
         return self.user / self.system if self.system else math.inf
 
     def split_by(self) -> str:
-        return "perf record's samples" if self.samples and sum(self.samples) else "/proc"
+        return "perf record's samples" if self.sampled else "/proc"
 
     def per_heartbeat_us(self, seconds: float) -> float:
         return seconds / self.answered * 1e6
@@ -412,7 +417,7 @@ def report(measured: Measured) -> None:
             f"{name} {n / measured.answered:.2f}" for name, n in measured.counts.items()
         )
         print(f"  per heartbeat in the window (perf stat): {per}")
-    if measured.samples is not None and not sum(measured.samples):
+    if measured.samples is not None and not measured.sampled:
         print("  perf record in the window: no samples")
     elif measured.samples:
         user, kernel = measured.samples

@@ -100,9 +100,9 @@ ANSWERS_PER_TURN = 128  # delivered at once; past that, by `deliver`
 DELIVER_TURN_NS = 2_000_000
 ANSWERS_PER_CHECK = 32  # answers delivered between two looks at the time
 ASSIGN_TURN_NS = 2_000_000
-# The core's tasks that take a share of the turns connections yielded: the clock, the
-# delivery of answers, the assignments. Together they take what the connections took.
-CORE_TASKS = 3
+# The core's tasks that take a share of the turns connections yielded (Server._share):
+# together they take what the connections took.
+CORE_TASKS = ("clock", "deliver", "assign")
 ASSIGNMENT_MEMBERS_PER_TURN = 200  # a call of run_assignments: a group of 100, or two
 HEARTBEAT = int(ApiKey.HEARTBEAT)
 CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
@@ -589,7 +589,7 @@ class Server:
         new connection waited behind it."""
         seen = self._yields_seen.get(task, 0)
         self._yields_seen[task] = self.turns_yielded
-        return base_ns + (self.turns_yielded - seen) * TURN_NS // CORE_TASKS
+        return base_ns + (self.turns_yielded - seen) * TURN_NS // len(CORE_TASKS)
 
     def run_assignments(self) -> None:
         """Every target assignment due, at once (what `assign` does a slice at a time)."""

@@ -164,12 +164,12 @@ class Reactor:
                     pos, out, trailing, answered = 0, bytearray(), [], 0
                 self.drained += answered
             more = len(data) == READ_SIZE
-            if (pos < len(data) or trailing) and self._failing:
-                self._failing -= 1
-                self._hand(handed, fd, b"", b"", False, errno.ENOMEM, None)
-                continue
             if pos < len(data) or trailing:
-                self._hand(handed, fd, bytes(out), data[pos:], more, 0, trailing or None)
+                if self._failing:
+                    self._failing -= 1
+                    self._hand(handed, fd, b"", b"", False, errno.ENOMEM, None)
+                else:
+                    self._hand(handed, fd, bytes(out), data[pos:], more, 0, trailing or None)
                 continue
             try:
                 sent = os.write(fd, out)

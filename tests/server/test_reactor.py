@@ -47,6 +47,13 @@ def heartbeat(member: str, version: int = 3, correlation: int = 1) -> bytes:
     return framing.encode_request(header, HeartbeatRequest("g", 1, member, None))
 
 
+def api_versions(correlation: int = 4) -> bytes:
+    """A request no heartbeat path answers: handed back whole."""
+    return framing.encode_request(
+        RequestHeader(ApiKey.API_VERSIONS, 0, correlation, "c"), ApiVersionsRequest()
+    )
+
+
 def answer(member: str, version: int = 3, correlation: int = 1) -> bytes:
     code = (len(member) + 1) % 3 * 11  # what Table answers
     return frames.encode_response(correlation, version, HeartbeatResponse(error_code=code))
@@ -170,9 +177,7 @@ def test_a_read_of_heartbeats_is_answered_in_one_write(module: Any) -> None:
 def test_anything_else_is_handed_back_with_the_answers_of_the_heartbeats_before_it(
     module: Any,
 ) -> None:
-    other = framing.encode_request(
-        RequestHeader(ApiKey.API_VERSIONS, 0, 4, "c"), ApiVersionsRequest()
-    )
+    other = api_versions()
     reactor = module.Reactor(1 << 20)
     try:
         with pairs(5) as sockets:
@@ -252,9 +257,7 @@ def test_a_read_with_no_memory_to_keep_it_is_handed_back_as_enomem(module: Any) 
     the middle of a request); the other sockets' reads are handed back whole, and lone
     heartbeats, which need no copy, are answered as ever."""
     reactor = module.Reactor(1 << 20)
-    versions = framing.encode_request(
-        RequestHeader(ApiKey.API_VERSIONS, 0, 9, "c"), ApiVersionsRequest()
-    )
+    versions = api_versions()
     try:
         with pairs(3) as [(a, client_a), (b, client_b), (c, client_c)]:
             for sock, name in ((a, "a"), (b, "b"), (c, "c")):
@@ -285,9 +288,7 @@ def test_the_thread_has_a_place_in_its_queue_for_every_read() -> None:
     off while queued and parked again (each then queued a second time in the same queue),
     and all are handed back, none lost."""
     reactor = compiled.Reactor(1 << 20)
-    versions = framing.encode_request(
-        RequestHeader(ApiKey.API_VERSIONS, 0, 9, "c"), ApiVersionsRequest()
-    )
+    versions = api_versions()
 
     def queued(fd: int) -> bool:
         ready, _, _ = select.select([fd], [], [], 5)
@@ -358,9 +359,7 @@ def test_answers_the_socket_does_not_take_are_handed_back_whole(module: Any) -> 
 @pytest.mark.parametrize("module", MODULES, ids=["compiled", "twin"])
 def test_a_read_that_fills_the_buffer_says_more_may_wait(module: Any) -> None:
     reactor = module.Reactor(1 << 20)
-    other = framing.encode_request(
-        RequestHeader(ApiKey.API_VERSIONS, 0, 4, "c"), ApiVersionsRequest()
-    )
+    other = api_versions()
     try:
         with pairs(1) as [(ours, theirs)]:
             theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
