@@ -100,6 +100,15 @@ class AclManager:
         if authorizer is not None and not (loading and binding in self.configured):
             authorizer.discard(binding)
 
+    def resign(self) -> None:
+        """Partition 0 moved to another node: the ACLs of the log leave with it (its new
+        owner loads them); those of the configuration stay in force."""
+        authorizer = self.authorizer
+        if authorizer is not None:
+            for binding in self.durable - self.configured:
+                authorizer.discard(binding)
+        self.durable.clear()
+
     # -- requests -----------------------------------------------------------------------
 
     def _refusal(self, writes: bool) -> tuple[ErrorCode, str | None] | None:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from types import MethodType
 from typing import Any
 
-from fastcoord.core import admin, cleanup, offsets
+from fastcoord.core import admin, cleanup, offsets, resignation
 from fastcoord.core.acls import AclManager
 from fastcoord.core.classic import join, leave, rebalance, records, responses, session, sync
 from fastcoord.core.config import GroupConfig
@@ -43,6 +43,7 @@ from fastcoord.core.groups_view import GroupsView
 from fastcoord.core.native import member_table, timing_wheel
 from fastcoord.core.offset_manager import OffsetManager
 from fastcoord.core.records import (
+    ACL_PARTITION,
     CONSUMER_GROUP_KEYS,
     AclKey,
     AclValue,
@@ -275,6 +276,52 @@ class Coordinator:
                 responses.unload_group(group, result)
         finally:
             self.runtime.result = None
+        return result
+
+    def take(self, partition: int) -> None:
+        """Offsets partition `partition` is this coordinator's from now on (it moved here):
+        its groups are answered COORDINATOR_LOAD_IN_PROGRESS until the caller has replayed
+        its log (replay(..., loading=True)) and discarded it from loading_partitions."""
+        owned = self.runtime.owned_partitions
+        if owned is not None:
+            owned.add(partition)
+        self.runtime.loading_partitions.add(partition)
+
+    def resign(
+        self, partition: int, now_ms: int, unloaded: Callable[[int], None] | None = None
+    ) -> Result:
+        """Offsets partition `partition` moved to another coordinator (Kafka's
+        onResignation): its groups are answered NOT_COORDINATOR from now on and unloaded
+        (resignation.py). Once every append made before is complete, what their callbacks
+        put back is unloaded too, and `unloaded(partition)` is called: nothing of the
+        partition is written here after that, and its log may be closed."""
+        runtime = self.runtime
+        partitions = self.config.offsets_topic_num_partitions
+        if runtime.owned_partitions is None:
+            runtime.owned_partitions = set(range(partitions))
+        runtime.owned_partitions.discard(partition)
+        runtime.loading_partitions.discard(partition)
+        if partition == ACL_PARTITION:
+            self.acls.resign()
+        partition_for = runtime.partition_for
+
+        def in_partition(group_id: str) -> bool:
+            return partition_for(group_id, partitions) == partition
+
+        gm, om = self.group_manager, self.offset_manager
+
+        def settled(error: ErrorCode, now_ms: int, result: Result) -> None:
+            resignation.unload_partition(gm, om, in_partition, now_ms, result, report=False)
+            if unloaded is not None:
+                unloaded(partition)
+
+        result = runtime.begin()
+        try:
+            resignation.unload_partition(gm, om, in_partition, now_ms, result, report=True)
+            # An append of nothing completes after every append before it.
+            runtime.append(result, [], settled)
+        finally:
+            runtime.result = None
         return result
 
     # The runtime's timers and appends, for tests and tools that drive them directly.

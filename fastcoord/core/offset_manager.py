@@ -84,6 +84,10 @@ class OffsetManager:
     def count(self) -> int:
         return sum(len(t) for t in self._offsets.values())
 
+    def group_ids(self) -> list[str]:
+        """The groups with offsets in memory."""
+        return list(self._offsets)
+
     def drop(self, group_id: str) -> None:
         """The group is gone: its offsets go with it from memory (the log keeps what it has)."""
         self._offsets.pop(group_id, None)
