@@ -174,9 +174,10 @@ class Appender:
         try:
             started = time.perf_counter_ns()
             for partition, (parts, records) in writes.items():
-                self.logs[partition].append(
-                    parts[0] if len(parts) == 1 else b"".join(parts), records
-                )
+                partition_log = self.logs.get(partition)
+                if partition_log is None:
+                    continue  # let go since it was submitted (store.release): not ours now
+                partition_log.append(parts[0] if len(parts) == 1 else b"".join(parts), records)
                 written.add(partition)
             self.append_timings.observe_ns(time.perf_counter_ns() - started)
         except OSError as exc:
@@ -187,7 +188,9 @@ class Appender:
         try:
             started = time.perf_counter_ns()
             for partition in written:
-                self.logs[partition].sync()
+                partition_log = self.logs.get(partition)
+                if partition_log is not None:
+                    partition_log.sync()
             self.fsync_timings.observe_ns(time.perf_counter_ns() - started)
         except OSError as exc:
             return self._failed(exc, writes)

@@ -323,6 +323,8 @@ class LogCleaner:
         self.delete_retention_ms = delete_retention_ms
         self._ready: set[int] = set()
         self._lock = threading.Lock()
+        self._passing = threading.Lock()  # held through each pass
+        self._leaving: set[int] = set()  # unloaded: a pass on one stops
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fastcoord-cleaner", daemon=True)
         self.passes = 0
@@ -331,9 +333,20 @@ class LogCleaner:
         self._thread.start()
 
     def loaded(self, partition: int) -> None:
-        """`partition` has been read at start: from now on it may be cleaned."""
+        """`partition` has been read (at start, or when it moved here): from now on it
+        may be cleaned."""
         with self._lock:
             self._ready.add(partition)
+            self._leaving.discard(partition)
+
+    def unload(self, partition: int) -> None:
+        """`partition` leaves this node: it is not cleaned from now on, and a pass under
+        way on it is cut short (changing nothing) before this returns. Blocking."""
+        with self._lock:
+            self._ready.discard(partition)
+            self._leaving.add(partition)
+        with self._passing:
+            pass
 
     def close(self) -> None:
         self._stop.set()
@@ -347,7 +360,9 @@ class LogCleaner:
             for partition in ready:
                 if self._stop.is_set():
                     return
-                self.clean_if_dirty(partition)
+                with self._passing:
+                    if partition in self._ready:
+                        self.clean_if_dirty(partition)
 
     def clean_if_dirty(self, partition: int) -> CleanResult | None:
         partition_log = self.logs[partition]
@@ -356,7 +371,12 @@ class LogCleaner:
             return None
         started = time.monotonic()
         try:
-            result = clean(partition_log, time.time(), self.delete_retention_ms, self._stop.is_set)
+            result = clean(
+                partition_log,
+                time.time(),
+                self.delete_retention_ms,
+                lambda: self._stop.is_set() or partition in self._leaving,
+            )
         except Stopped:
             return None
         except (OSError, DamagedSegment) as exc:

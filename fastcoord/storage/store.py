@@ -11,6 +11,7 @@ been loaded (`loaded`).
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -23,9 +24,11 @@ from fastcoord.core.records import LogEntry, OffsetCommits, Record
 from fastcoord.storage import segment
 from fastcoord.storage.appender import Appender, Done, Policy
 from fastcoord.storage.cleaner import LogCleaner
-from fastcoord.storage.lock import DataDirLock
+from fastcoord.storage.lock import DataDirLock, PartitionLock
 from fastcoord.storage.log import PartitionLog, directory
 from fastcoord.storage.native import offset_records
+
+log = logging.getLogger("fastcoord.storage")
 
 
 class Store(Protocol):
@@ -89,12 +92,19 @@ class OffsetsStore:
         linger_ms: int,
         truncate_damaged: bool = False,
         cleaner: LogCleanerSettings | None = None,
+        shared: bool = False,
     ) -> None:
         """`partitions`: the coordinator partitions this node owns (a count: all of them,
         from 0); the logs of others are neither opened nor created. `cleaner`: None keeps
-        every record (log.cleaner.enable false)."""
+        every record (log.cleaner.enable false). `shared`: nodes share the data directory
+        and partitions move between them: none is held at start, each is taken
+        (`acquire`) and let go (`release`) under a lock of its own, and the directory as a
+        whole is not locked."""
         self.data_dir = data_dir
-        self.partitions = owned(partitions)
+        self.segment_bytes = segment_bytes
+        self.shared = shared
+        self.partitions = [] if shared else owned(partitions)
+        self._partition_locks: dict[int, PartitionLock] = {}
         self.policy = policy
         self.linger_ms = linger_ms
         self.truncate_damaged = truncate_damaged
@@ -118,8 +128,36 @@ class OffsetsStore:
         )
 
     def open(self) -> None:
-        """Take the data directory (DataDirLocked if another server has it)."""
-        self.lock.acquire()
+        """Take the data directory (DataDirLocked if another server has it); a shared one
+        is only created."""
+        if self.shared:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            self.lock.acquire()
+
+    def acquire(self, partition: int) -> None:
+        """Take `partition`'s log (shared directories): PartitionLocked while another node
+        holds it. Blocking: call it from a worker thread, then recover it."""
+        assert self.shared, "partitions move only in a shared data directory"
+        if partition in self.logs:
+            return
+        lock = PartitionLock(directory(self.data_dir, partition))
+        lock.acquire()
+        self._partition_locks[partition] = lock
+        self.logs[partition] = PartitionLog(directory(self.data_dir, partition), self.segment_bytes)
+
+    def release(self, partition: int) -> None:
+        """Let `partition`'s log go, once the core has said it is unloaded (nothing more is
+        written to it): the cleaner stops on it, the log is closed, the lock released.
+        Blocking: call it from a worker thread."""
+        if self.cleaner is not None:
+            self.cleaner.unload(partition)
+        partition_log = self.logs.pop(partition, None)
+        if partition_log is not None:
+            partition_log.close()
+        lock = self._partition_locks.pop(partition, None)
+        if lock is not None:
+            lock.release()
 
     def log_bytes(self) -> dict[int, int]:
         """The size of each partition's log (what a load will read)."""
@@ -175,6 +213,11 @@ class OffsetsStore:
             if partition is None:
                 partition = partitions[group] = partition_of(group)
             by_partition[partition].append(record)
+        if self.shared:
+            for partition in [p for p in by_partition if p not in self.logs]:
+                # A record of a partition let go: its owner now keeps it, and writes its own.
+                del by_partition[partition]
+                log.warning("records of offsets partition %d dropped: not held here", partition)
         held = self.appender.submit(token, {p: frames(rs) for p, rs in by_partition.items()})
         appended = self._appended
         if held and appended is not None and not appended.is_set():
@@ -190,4 +233,7 @@ class OffsetsStore:
         else:
             for partition_log in self.logs.values():
                 partition_log.close()
+        for lock in self._partition_locks.values():
+            lock.release()
+        self._partition_locks.clear()
         self.lock.release()
