@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from fastcoord.core.records import OffsetCommitKey, OffsetCommitValue, Record
+from fastcoord.core.records import LogEntry, OffsetCommitKey, OffsetCommitValue, Record
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.storage.lock import DataDirLock, PartitionLocked
 from fastcoord.storage.log import directory
@@ -49,7 +49,7 @@ def append_all(
 
         store.start(trio.lowlevel.current_trio_token().run_sync_soon, done)
         for token, records in enumerate(appends, 1):
-            store.append(token, records, partition_of.__getitem__)
+            store.append(token, list[LogEntry](records), partition_of.__getitem__)
         with trio.fail_after(WAIT_S):
             await acknowledged.wait()
 
