@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient, KazooState
 
+from fastcoord.cluster.zookeeper import reconnecting
 from fastcoord.testing_zookeeper import ZooKeeper, zookeeper_server
 
 pytestmark = pytest.mark.cluster
@@ -35,7 +36,9 @@ class Watched:
     def __init__(self, zk: ZooKeeper) -> None:
         self.states: list[str] = []
         self.lock = threading.Lock()
-        self.client = KazooClient(hosts=zk.hosts, timeout=SESSION_S)
+        self.client = KazooClient(
+            hosts=zk.hosts, timeout=SESSION_S, connection_retry=reconnecting(int(SESSION_S * 1000))
+        )
         self.client.add_listener(self._seen)
         self.client.start(timeout=10)
 
@@ -78,6 +81,8 @@ def test_sessions_outlive_zookeepers_own_outage(tmp_path: Path) -> None:
             watched.client.create("/held", ephemeral=True)
             session = watched.client.client_id
             for outage_s in (0.2, SESSION_S * 2):
+                with watched.lock:
+                    watched.states.clear()
                 zk.stop()
                 wait_for(lambda: watched.saw(KazooState.SUSPENDED), "SUSPENDED")
                 time.sleep(outage_s)
