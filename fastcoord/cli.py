@@ -172,6 +172,7 @@ def _cluster(args: argparse.Namespace) -> int:
         pin=args.pin,
         serve_args=serve_args,
         shutdown_grace_ms=cfg.shutdown_grace_ms,
+        zookeeper=cfg.zookeeper,
     )
     if plan.port and plan.port + plan.nodes - 1 > 65535:
         print(f"fastcoord cluster: ports {plan.port}..{plan.port + plan.nodes - 1} do not exist")

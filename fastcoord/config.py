@@ -81,6 +81,27 @@ class ServerConfig(
             default="none",
         ),
     ] = ""
+    zookeeper: Annotated[
+        str,
+        Doc(
+            LISTENER,
+            "HOST:PORT[,HOST:PORT...][/chroot] of a ZooKeeper that keeps the cluster: nodes "
+            "register there, one of them keeps the map of offsets partitions to live nodes, "
+            "and partitions move when nodes come and go or on request; every node shares "
+            "one data.dir (chroot /fastcoord by default); see docs/cluster.md",
+            default="none",
+        ),
+    ] = ""
+    zookeeper_session_timeout_ms: Annotated[
+        int,
+        _int(1000),
+        Doc(
+            LISTENER,
+            "ZooKeeper session timeout: a node not heard from for this long is gone, and "
+            "its partitions move; a node cut off stops serving a third of it before",
+            "ms",
+        ),
+    ] = 18000
     shutdown_grace_ms: Annotated[
         int,
         _int(0),
@@ -370,6 +391,23 @@ class ServerConfig(
             if self.node_id not in {n.node_id for n in nodes}:
                 raise ValueError(
                     f"node.id {self.node_id} is not in the cluster list {self.cluster}"
+                )
+        if self.zookeeper:
+            from fastcoord.cluster.zookeeper import split_hosts
+
+            split_hosts(self.zookeeper)  # a ValueError says what is wrong
+            if self.cluster:
+                raise ValueError(
+                    "zookeeper: ZooKeeper keeps the cluster's nodes; give no cluster list"
+                )
+            if self.in_memory:
+                raise ValueError(
+                    "zookeeper: partitions move between nodes through their logs in the "
+                    "shared data.dir; --in-memory keeps none"
+                )
+            if self.listeners:
+                raise ValueError(
+                    "listeners: several listeners per node are not supported with zookeeper"
                 )
         for rule in self.fault:
             try:

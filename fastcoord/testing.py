@@ -454,6 +454,7 @@ def start_fastcoord(
     name: str = "fastcoord serve",
     root: Path | None = None,
     expect: Sequence[str] = (),
+    ready: Sequence[str] = (),
 ) -> ServerProcess:
     """Start `fastcoord serve` (serve_command: `args`, then `extra_args`, win over its
     defaults) with its log in `directory / "server.log"`; directory None: a temporary one.
@@ -474,7 +475,7 @@ def start_fastcoord(
         argv,
         directory,
         remove=made,
-        ready=[LOADED] if wait_loaded else [],
+        ready=([LOADED] if wait_loaded else []) + list(ready),
         core=core,
         preexec_fn=preexec_fn,
         data_dir=directory / "data",
@@ -549,6 +550,49 @@ def start_node(
         wait_loaded=wait_loaded,
         core=core,
         name=f"fastcoord node {node_id}",
+    )
+
+
+# A node kept in ZooKeeper has joined once it says so (it loads what the map gives it after).
+JOINED = r"joined the cluster kept in ZooKeeper"
+# What such a node may log on purpose: ZooKeeper's connection lost and back (kazoo's own
+# lines, and the node's), a partition's lock still held by its old owner for a moment.
+ZOOKEEPER_EXPECTED = (
+    r"kazoo\.client: Connection dropped",
+    r"kazoo\.client: Transition to CONNECTING",
+    r"ZooKeeper connection lost: serving for",
+    r"ZooKeeper unreachable for a third of the session timeout",
+    r"ZooKeeper session expired",
+)
+
+
+def start_zookeeper_node(
+    directory: Path,
+    node_id: int,
+    zookeeper: str,
+    data_dir: Path,
+    *args: str,
+    expect: Sequence[str] = (),
+) -> ServerProcess:
+    """Node `node_id` of the cluster kept in ZooKeeper at `zookeeper`, its log in
+    `directory` and its partitions' logs in the shared `data_dir`, with an admin port;
+    returned once it has joined."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return start_fastcoord(
+        directory,
+        "--node-id",
+        str(node_id),
+        "--zookeeper",
+        zookeeper,
+        "--data-dir",
+        str(data_dir),
+        "--admin-port",
+        "0",
+        *args,
+        wait_loaded=False,
+        name=f"fastcoord node {node_id}",
+        expect=(*ZOOKEEPER_EXPECTED, *expect),
+        ready=[JOINED],
     )
 
 

@@ -171,6 +171,23 @@ class AdminClient:
         view: dict[str, Any] = self._expect(self._call("GET", "/v1/cluster"), dict, "a cluster")
         return view
 
+    def partitions(self) -> dict[str, Any]:
+        """GET /v1/partitions (a node kept in ZooKeeper): the map it last read (owners by
+        partition, nodes' addresses, its version) and the partitions it serves and loads."""
+        view: dict[str, Any] = self._expect(
+            self._call("GET", "/v1/partitions"), dict, "the partitions"
+        )
+        return view
+
+    def move_partition(self, partition: int, node_id: int) -> dict[str, Any]:
+        """POST /v1/partitions/P/move: give offsets partition `partition` to node `node_id`;
+        the map written. AdminError 409 says why it cannot be."""
+        path = f"/v1/partitions/{int(partition)}/move"
+        written: dict[str, Any] = self._expect(
+            self._call("POST", path, {"node": int(node_id)}), dict, "the map"
+        )
+        return written
+
     def metrics_text(self) -> str:
         """GET /metrics: the Prometheus text."""
         status, answer = self.request("GET", "/metrics")

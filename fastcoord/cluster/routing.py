@@ -139,8 +139,9 @@ class Cluster:
         """The node that owns offsets partition `partition`."""
         return self.nodes[partition % len(self.nodes)]
 
-    def coordinator(self, group_id: str) -> Node:
-        """The node that coordinates `group_id`: the owner of its partition."""
+    def coordinator(self, group_id: str) -> Node | None:
+        """The node that coordinates `group_id`: the owner of its partition (None while no
+        node owns it)."""
         return self.owner(self.partition_for(group_id, self.partitions))
 
     def leader(self, partition: int) -> int:
@@ -154,3 +155,42 @@ class Cluster:
 
     def owns_all(self) -> bool:
         return len(self.nodes) == 1
+
+
+class MappedCluster(Cluster):
+    """A cluster kept in ZooKeeper (cluster/zookeeper.py): its nodes and each offsets
+    partition's owner are the map's, as last read; every node that read the same map
+    answers alike. Before a map is read, no partition has an owner: FindCoordinator is
+    answered COORDINATOR_NOT_AVAILABLE, and clients ask again. The cluster id is the
+    ZooKeeper path's, the same for every node and every map."""
+
+    def __init__(
+        self,
+        me: Node,
+        partitions: int,
+        partition_for: Callable[[str, int], int],
+        cluster_id: str,
+        owners: dict[int, int] | None = None,
+        nodes: dict[int, Node] | None = None,
+    ) -> None:
+        known = {**(nodes or {}), me.node_id: me}
+        super().__init__(list(known.values()), me.node_id, partitions, partition_for)
+        self.cluster_id = cluster_id
+        self._owners = owners or {}
+
+    def owner(self, partition: int) -> Node | None:  # type: ignore[override]
+        owner = self._owners.get(partition)
+        return None if owner is None else self._by_id.get(owner)
+
+    @cached_property
+    def owned(self) -> frozenset[int]:
+        return frozenset(p for p, n in self._owners.items() if n == self.node_id)
+
+    def owns_all(self) -> bool:
+        return False
+
+
+def zookeeper_cluster_id(chroot: str) -> str:
+    """A cluster kept in ZooKeeper is named by where it is kept."""
+    digest = hashlib.sha256(chroot.encode()).digest()[:12]
+    return CLUSTER_ID_PREFIX + base64.urlsafe_b64encode(digest).decode().rstrip("=")

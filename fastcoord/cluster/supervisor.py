@@ -36,7 +36,8 @@ from typing import Any
 import msgspec
 import trio
 
-from fastcoord.cluster.routing import Cluster, Node, cluster_id_of, describe
+from fastcoord.cluster.routing import Cluster, Node, cluster_id_of, describe, zookeeper_cluster_id
+from fastcoord.cluster.zookeeper import split_hosts
 from fastcoord.server import http, startup
 from fastcoord.server.http import HttpError, Reply, Request, allow, json_reply
 
@@ -125,6 +126,9 @@ class Plan:
     pin: bool
     serve_args: list[str]  # every other setting, given to each node
     shutdown_grace_ms: int = 5000  # each node's, as its settings give it
+    # With a ZooKeeper (its --zookeeper, among serve_args): the nodes register there, share
+    # one data directory, and partitions move; else the static list of the nodes.
+    zookeeper: str = ""
 
 
 def node_ports(plan: Plan) -> list[int]:
@@ -148,18 +152,15 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
-def node_argv(plan: Plan, cluster_list: str, node_id: int, data_dir: Path | None) -> list[str]:
-    argv = [
-        sys.executable,
-        "-m",
-        "fastcoord",
-        "serve",
-        "--node-id",
-        str(node_id),
-        "--cluster",
-        cluster_list,
-        *plan.serve_args,
-    ]
+def node_argv(
+    plan: Plan, cluster_list: str, node_id: int, data_dir: Path | None, port: int = 0
+) -> list[str]:
+    argv = [sys.executable, "-m", "fastcoord", "serve", "--node-id", str(node_id)]
+    if plan.zookeeper:
+        argv += ["--host", plan.host, "--port", str(port)]  # the rest is ZooKeeper's
+    else:
+        argv += ["--cluster", cluster_list]
+    argv += plan.serve_args
     if data_dir is not None:
         argv += ["--data-dir", str(data_dir)]
     if plan.admin_port is not None:
@@ -178,14 +179,19 @@ class Supervisor:
         self.cluster_id = cluster_id_of(nodes)
         cores = sorted(os.sched_getaffinity(0))
         self.nodes: list[NodeProcess] = []
+        if plan.zookeeper:
+            self.cluster_id = zookeeper_cluster_id(split_hosts(plan.zookeeper)[1])
         for node in nodes:
             cluster = Cluster(nodes, node.node_id, plan.partitions, partition.partition_for)
             data_dir = None if plan.data_dir is None else plan.data_dir / f"node-{node.node_id}"
+            if plan.zookeeper:
+                data_dir = plan.data_dir  # one for all: partitions move between the nodes
             self.nodes.append(
                 NodeProcess(
                     node,
-                    node_argv(plan, self.cluster_list, node.node_id, data_dir),
-                    len(cluster.owned),
+                    node_argv(plan, self.cluster_list, node.node_id, data_dir, node.port),
+                    # With ZooKeeper, what a node owns changes: any share, up to every one.
+                    plan.partitions if plan.zookeeper else len(cluster.owned),
                     data_dir,
                     cores[node.node_id % len(cores)] if plan.pin else None,
                 )

@@ -294,7 +294,8 @@ class Coordinator:
         onResignation): its groups are answered NOT_COORDINATOR from now on and unloaded
         (resignation.py). Once every append made before is complete, what their callbacks
         put back is unloaded too, and `unloaded(partition)` is called: nothing of the
-        partition is written here after that, and its log may be closed."""
+        partition is written here after that, and its log may be closed. (The caller takes
+        the partition back only after that call: taken back before, neither happens.)"""
         runtime = self.runtime
         partitions = self.config.offsets_topic_num_partitions
         if runtime.owned_partitions is None:
@@ -311,6 +312,9 @@ class Coordinator:
         gm, om = self.group_manager, self.offset_manager
 
         def settled(error: ErrorCode, now_ms: int, result: Result) -> None:
+            owned = runtime.owned_partitions
+            if owned is not None and partition in owned:
+                return  # taken back meanwhile: what it holds now is its load's
             resignation.unload_partition(gm, om, in_partition, now_ms, result, report=False)
             if unloaded is not None:
                 unloaded(partition)

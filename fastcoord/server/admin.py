@@ -14,6 +14,10 @@ HTTP/1.1, bounded in everything a client sends, is http.py's; this module routes
     POST   /v1/faults           add a rule (JSON); 201 and its view
     DELETE /v1/faults/{id}      end a rule
     DELETE /v1/faults           end every rule
+    GET    /v1/partitions       with --zookeeper: the map of offsets partitions to nodes as
+                                this node last read it, and what it serves and loads
+    POST   /v1/partitions/{p}/move  with --zookeeper: {"node": ID} gives partition p to
+                                that live node; 200 and the map written, 409 if it cannot
 
 The admin port sees the server only as its `AdminHost`: what a scrape reads (the metrics'
 `MetricsSource`), the groups and the fault rules, so that this module does not import the
@@ -25,7 +29,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl, quote, unquote
@@ -35,6 +39,7 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
+from fastcoord.cluster.zookeeper import MoveRefused
 from fastcoord.core.group import Group
 from fastcoord.core.state import GroupState
 from fastcoord.faults import Fault, FaultError, decode_rule
@@ -43,6 +48,7 @@ from fastcoord.server.http import HttpError, Reply, Request, allow, error_reply,
 from fastcoord.server.metrics import MetricsCollector, MetricsSource, exposition
 
 if TYPE_CHECKING:
+    from fastcoord.server.coordinator_moves import CoordinatorMoves
     from fastcoord.server.fault_injection import FaultInjector
 
 log = logging.getLogger("fastcoord.admin")
@@ -230,6 +236,7 @@ class AdminHost(MetricsSource, Protocol):
     groups, and the fault rules."""
 
     injector: FaultInjector
+    moves: CoordinatorMoves | None  # a ZooKeeper-kept cluster's; None otherwise
 
     def now_ms(self) -> int: ...
 
@@ -244,7 +251,7 @@ class Admin:
         self.registry.register(MetricsCollector(host))
         ProcessCollector(namespace="fastcoord", registry=self.registry)
 
-    def route(self, request: Request) -> Reply:
+    def route(self, request: Request) -> Reply | Awaitable[Reply]:
         path, _, query = request.path.partition("?")
         parts = [unquote(p) for p in path.strip("/").split("/")] if path != "/" else []
         method = request.method
@@ -262,7 +269,46 @@ class Admin:
         if parts[:2] == ["v1", "faults"] and len(parts) == 3:
             allow(method, "DELETE")
             return self._delete_fault(parts[2])
+        if parts == ["v1", "partitions"]:
+            allow(method, "GET")
+            return json_reply(200, self._moves().view())
+        if parts[:2] == ["v1", "partitions"] and len(parts) == 4 and parts[3] == "move":
+            allow(method, "POST")
+            return self._move(parts[2], request.body)
         raise HttpError(404, f"no such resource: {path}")
+
+    def _moves(self) -> CoordinatorMoves:
+        moves = self.host.moves
+        if moves is None:
+            raise HttpError(
+                404, "partitions move only in a cluster kept in ZooKeeper (--zookeeper)"
+            )
+        return moves
+
+    def _move(self, text: str, body: bytes) -> Awaitable[Reply]:
+        moves = self._moves()
+        if not text.isdigit():
+            raise HttpError(404, f"no partition {text!r}: partitions are numbers")
+        try:
+            wanted = msgspec.json.decode(body or b"null")
+        except msgspec.DecodeError:
+            raise HttpError(400, 'expected {"node": ID}') from None
+        node = wanted.get("node") if isinstance(wanted, dict) else None
+        if not isinstance(node, int) or isinstance(node, bool):
+            raise HttpError(400, 'expected {"node": ID}')
+
+        async def moved() -> Reply:
+            try:
+                written = await moves.move(int(text), node)
+            except MoveRefused as exc:
+                return error_reply(409, str(exc))
+            except Exception as exc:  # ZooKeeper unreachable, or the session ended
+                log.warning("move of partition %s to node %d failed: %r", text, node, exc)
+                return error_reply(503, f"ZooKeeper did not take the move: {exc!r}")
+            owners = {str(p): n for p, n in written.owners.items()}
+            return json_reply(200, {"map_version": written.version, "owners": owners})
+
+        return moved()
 
     def _group(self, group_id: str) -> Reply:
         group = self.host.groups().get(group_id)
@@ -292,7 +338,7 @@ class Admin:
             raise HttpError(404, f"no fault rule {text}")
         return json_reply(200, fault_view(fault, self.host.now_ms()))
 
-    def reply(self, request: Request) -> Reply:
+    def reply(self, request: Request) -> Reply | Awaitable[Reply]:
         started = time.perf_counter_ns()
         try:
             return self.route(request)

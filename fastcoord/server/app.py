@@ -34,6 +34,7 @@ from time import perf_counter_ns
 from typing import Any
 
 import trio
+from kazoo.handlers.threading import KazooTimeoutError
 
 from fastcoord.cluster import peers
 from fastcoord.cluster.routing import Cluster
@@ -70,6 +71,7 @@ from fastcoord.server.admin import serve as admin_serve
 from fastcoord.server.authorization import Authorization
 from fastcoord.server.broker import Broker
 from fastcoord.server.connection import TURN_NS, Connection, Slot
+from fastcoord.server.coordinator_moves import CoordinatorMoves
 from fastcoord.server.endpoint import Endpoint, endpoints
 from fastcoord.server.event_log import EventLog
 from fastcoord.server.fault_injection import FaultInjector
@@ -164,6 +166,7 @@ class Server:
         self.coordinator.batch_assignments()
         self._assignments_due = trio.Event()
         self.metrics = Metrics()
+        self.moves: CoordinatorMoves | None = None  # a ZooKeeper-kept cluster's
         self.injector = FaultInjector(self)
         self.injector.changed = self.parking.refresh
         self.faults = self.injector.faults
@@ -176,6 +179,11 @@ class Server:
             self.authorization = self._authorization()
 
     now_ms = staticmethod(now_ms)
+
+    def timers_changed(self) -> None:
+        """The core's timers changed outside a Result (a partition loaded): the clock
+        looks again."""
+        self._timers_changed.set()
 
     def heartbeat_table(self) -> Any:
         """The member table when it may answer heartbeats alone (connections then answer a
@@ -708,6 +716,12 @@ def log_event(event: Event) -> None:
             event.generation,
             event.reason,
         )
+    elif event.kind == "group_unloaded":
+        events_log.info(
+            "group %s: unloaded with %d members: its partition moved to another node",
+            event.group_id,
+            event.members,
+        )
     elif event.kind == "offsets_committed":
         events_log.debug("group %s: %d offsets committed", event.group_id, event.members)
     else:
@@ -789,6 +803,7 @@ def _store(config: ServerConfig) -> Store:
         )
         if config.log_cleaner_enable
         else None,
+        shared=bool(config.zookeeper),  # partitions move: each held under its own lock
     )
 
 
@@ -804,6 +819,13 @@ async def _serve(
     """Serve until a signal; True once the start has succeeded (the log is loaded)."""
     port = opened[0][0].port
     server = Server(config, store, files.max_connections, config.cluster_for(port))
+    moves = None
+    if config.zookeeper:
+        # The node owns nothing until the map kept in ZooKeeper gives it partitions.
+        server.coordinator.owned_partitions = set()
+        moves = server.moves = CoordinatorMoves(
+            server, config.zookeeper, config.zookeeper_session_timeout_ms
+        )
     try:
         served = endpoints(
             config, [listener for listener, _ in opened], server.broker, Users(config.user)
@@ -811,8 +833,10 @@ async def _serve(
     except ValueError as exc:
         raise startup.StartupError(str(exc)) from None
     if config.event_log and not config.in_memory:
+        # Nodes that share a data directory (--zookeeper) keep an event log each.
+        events = Path(config.data_dir) / (f"node-{config.node_id}-events" if moves else "events")
         server.event_log = EventLog(
-            Path(config.data_dir) / "events",
+            events,
             config.event_log_flush_ms,
             config.event_log_roll_bytes,
             config.event_log_roll_ms,
@@ -830,7 +854,7 @@ async def _serve(
             admin_port,
         )
     cluster = server.cluster
-    if not cluster.lone:
+    if not cluster.lone and moves is None:
         log.info(
             "node %d of cluster %s (%s): owns %d of %d offsets partitions",
             cluster.node_id,
@@ -878,7 +902,16 @@ async def _serve(
         nursery.start_soon(store.watch_idle)  # fsync batch: syncs when the loop is idle
         nursery.start_soon(server.assign)
         nursery.start_soon(server.deliver)
-        nursery.start_soon(server.load)
+        if moves is None:
+            nursery.start_soon(server.load)
+        else:
+            try:
+                await nursery.start(moves.run)
+            except KazooTimeoutError:
+                raise startup.StartupError(
+                    f"cannot reach ZooKeeper at {config.zookeeper}; start it, or give "
+                    "--zookeeper one that runs"
+                ) from None
         nursery.start_soon(collector.run)
         if admin_listeners:
             nursery.start_soon(admin_serve, admin, admin_listeners)

@@ -60,6 +60,9 @@ from fastcoord.protocol.primitives import ZERO_UUID
 
 MAX_TOPICS = 100_000  # topics created on request; a client cannot grow this without bound
 KEY_TYPE_GROUP = 0
+# A group whose partition no node owns yet (a ZooKeeper-kept cluster before its first map):
+# Kafka's answer while the offsets topic has no leader; clients ask again.
+UNKNOWN = ErrorCode.COORDINATOR_NOT_AVAILABLE
 # Metadata v10 put topic ids and null names in the request, but Kafka's brokers answered
 # neither until v12 and refuse both in v10-11 (MetadataRequest.json).
 FIRST_METADATA_BY_ID = 12
@@ -186,7 +189,7 @@ class Broker:
         return self._described(name, self.topics[name])
 
     def _described(self, name: str, count: int, internal: bool = False) -> MetadataResponseTopic:
-        leader = self.cluster.leader
+        leader = self._offsets_leader if internal else self.cluster.leader
         return MetadataResponseTopic(
             error_code=ErrorCode.NONE,
             name=name,
@@ -204,6 +207,12 @@ class Broker:
                 for p in range(count)
             ],
         )
+
+    def _offsets_leader(self, partition: int) -> int:
+        """An offsets partition's leader is its owner, the coordinator of its groups (-1
+        while it has none)."""
+        owner = self.cluster.owner(partition)
+        return -1 if owner is None else owner.node_id
 
     def _creates(self, client_allows: bool) -> bool:
         """Whether a topic a Metadata request names comes into being (auto.create.topics).
@@ -229,6 +238,8 @@ class Broker:
             if not group:
                 return FindCoordinatorResponse(error_code=error, node_id=-1, host="", port=-1)
             node = coordinator(req.key)
+            if node is None:
+                return FindCoordinatorResponse(error_code=UNKNOWN, node_id=-1, host="", port=-1)
             return FindCoordinatorResponse(
                 error_code=error,
                 error_message=None,
@@ -244,6 +255,11 @@ class Broker:
                 )
                 continue
             node = coordinator(key)
+            if node is None:
+                coordinators.append(
+                    Coordinator(key=key, node_id=-1, host="", port=-1, error_code=UNKNOWN)
+                )
+                continue
             coordinators.append(
                 Coordinator(
                     key=key,

@@ -9,7 +9,8 @@ lock. Both the server's admin port (admin.py) and `fastcoord cluster`'s serve th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -32,6 +33,7 @@ REASONS = {
     414: "URI Too Long",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
+    409: "Conflict",
     503: "Service Unavailable",
 }
 JSON = "application/json"
@@ -61,7 +63,9 @@ class Reply(msgspec.Struct):
     headers: tuple[tuple[str, str], ...] = ()
 
 
-Route = Callable[["Request"], "Reply"]
+# A route answers at once, or (for what must wait on something else: ZooKeeper) gives an
+# awaitable of its answer, which the connection awaits.
+Route = Callable[["Request"], "Reply | Awaitable[Reply]"]
 
 
 class HttpServer:
@@ -92,7 +96,8 @@ class HttpServer:
                     return
                 if request is None:
                     return  # the client closed
-                reply = self.route(request)
+                answer = self.route(request)
+                reply = await answer if inspect.isawaitable(answer) else answer
                 await send(stream, reply, request.keep_alive)
                 if not request.keep_alive:
                     return

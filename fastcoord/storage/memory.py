@@ -45,6 +45,12 @@ class MemoryStore:
     def loaded(self, partition: int) -> None:
         pass
 
+    def acquire(self, partition: int) -> None:
+        """Nothing to hold: a partition that moves here from memory brings nothing."""
+
+    def release(self, partition: int) -> None:
+        pass
+
     def append(
         self, token: int, records: list[LogEntry], partition_of: Callable[[str], int]
     ) -> None:

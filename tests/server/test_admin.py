@@ -48,6 +48,7 @@ class Host:
         self.now = 7_000
         self.timers: list[tuple[int, Callable[[], object]]] = []
         self.injector = FaultInjector(self)
+        self.moves = None  # not a cluster kept in ZooKeeper
         self.table = member_table.MemberTable()
         orders = Group("orders", 0, self.table)
         member(orders, "orders-1", "billing")
@@ -98,7 +99,18 @@ class Host:
 def ask(admin: Admin, method: str, path: str, body: Any = None) -> tuple[int, Any]:
     content = b"" if body is None else msgspec.json.encode(body)
     reply = admin.reply(Request(method, path, True, content))
+    assert isinstance(reply, Reply)  # every route of this host answers at once
     return reply.status, msgspec.json.decode(reply.body)
+
+
+def test_partitions_move_only_with_zookeeper() -> None:
+    admin = Admin(Host())
+    for method, path in (("GET", "/v1/partitions"), ("POST", "/v1/partitions/3/move")):
+        status, answer = ask(admin, method, path, {"node": 1})
+        assert (status, answer["error"]) == (
+            404,
+            "partitions move only in a cluster kept in ZooKeeper (--zookeeper)",
+        )
 
 
 def test_the_groups_of_the_host() -> None:
@@ -151,7 +163,8 @@ def many_groups() -> tuple[Host, dict[str, GroupState]]:
 
 def page(admin: Admin, path: str) -> tuple[list[str], str | None]:
     """The ids of one answer of /v1/groups, and the path its Link gives to the next."""
-    reply: Reply = admin.reply(Request("GET", path, True, b""))
+    reply = admin.reply(Request("GET", path, True, b""))
+    assert isinstance(reply, Reply)
     assert reply.status == 200, reply.body
     links = [value for name, value in reply.headers if name == "Link"]
     following = None

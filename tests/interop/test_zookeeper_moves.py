@@ -1,0 +1,466 @@
+"""Coordinator moves in a cluster kept in ZooKeeper, with real clients: three nodes on one
+shared data directory, a real ZooKeeper, and 30 groups of kafka-python and confluent-kafka
+consumers (classic and consumer protocol), each given node 0's address alone.
+
+- A partition moved by the admin API: its groups find the new coordinator and carry on
+  with their members and generation; every acknowledged offset reads back; the other
+  groups see nothing.
+- A node SIGKILLed: its partitions move when ZooKeeper expires its session, and its groups
+  are Stable on the other nodes within that timeout plus 5 s; restarted, it takes back
+  only what the map gives it.
+- ZooKeeper stopped for 10 s: nodes serve until a third of their session timeout after
+  they lose it, then nothing, and take their partitions again once it is back. No
+  partition is ever served by two nodes: each node's log says when it served what, and
+  the intervals never overlap.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import re
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from fastcoord.client.admin import AdminClient
+from fastcoord.client.blocking import Connection
+from fastcoord.core.native import partition as partitioning
+from fastcoord.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
+from fastcoord.testing import ServerProcess, start_zookeeper_node, stop_each
+from fastcoord.testing_zookeeper import ZooKeeper, zookeeper_server
+from tests.interop import groups
+from tests.interop.confluent_members import Poller, confluent
+from tests.interop.groups import PARTITIONS, TOPIC
+from tests.interop.kafka_python_member import Member as KafkaPythonMember
+
+# kafka-python's refused connections' sockets (see collect_refused_sockets), whenever the
+# collector meets them during a test of this module.
+REFUSED_SOCKET = (
+    r"unclosed <socket\.socket fd=\d+, family=2, type=1, proto=6, laddr=\('0\.0\.0\.0', \d+\)>$"
+)
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.filterwarnings(f"ignore:{REFUSED_SOCKET}:ResourceWarning"),
+]
+
+NODES = 3
+OFFSETS_PARTITIONS = 50
+ZK_SESSION_MS = 4000
+CLASSIC_SESSION_MS = 10_000
+GROUPS_EACH = 10  # of kafka-python, confluent classic, confluent consumer protocol
+MEMBERS = 2
+NODE_ARGS = (*groups.SERVER_ARGS, "--zookeeper-session-timeout-ms", str(ZK_SESSION_MS))
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float) -> float:
+    """Seconds it took `check` to hold; AssertionError past `timeout_s`."""
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(f"{what}: not within {timeout_s} s")
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def partition_of(group: str) -> int:
+    return int(partitioning.partition_for(group, OFFSETS_PARTITIONS))
+
+
+@dataclass
+class Cluster:
+    zk: ZooKeeper
+    directory: Path
+    nodes: list[ServerProcess | None]
+
+    def admin(self, node_id: int) -> AdminClient:
+        node = self.nodes[node_id]
+        assert node is not None
+        return AdminClient(node.admin)
+
+    def live(self) -> list[int]:
+        return [i for i, n in enumerate(self.nodes) if n is not None]
+
+    def start(self, node_id: int) -> ServerProcess:
+        node = start_zookeeper_node(
+            self.directory / f"node-{node_id}",
+            node_id,
+            self.zk.hosts,
+            self.directory / "data",
+            *NODE_ARGS,
+        )
+        self.nodes[node_id] = node
+        return node
+
+    def views(self) -> dict[int, dict[str, Any]]:
+        return {i: self.admin(i).partitions() for i in self.live()}
+
+    def settled(self) -> bool:
+        """Every live node has read the same map, over the live nodes, and serves (loaded)
+        exactly what it gives it."""
+        views = self.views()
+        versions = {v["map_version"] for v in views.values()}
+        if len(versions) != 1 or None in versions:
+            return False
+        owners = next(iter(views.values()))["owners"]
+        if {int(n) for n in owners.values()} != set(views):
+            return False
+        return all(
+            v["serving"] == sorted(int(p) for p, n in owners.items() if n == i) and not v["loading"]
+            for i, v in views.items()
+        )
+
+    def owner(self, group: str) -> int:
+        views = self.views()
+        owners = next(iter(views.values()))["owners"]
+        return int(owners[str(partition_of(group))])
+
+    def bootstrap(self) -> str:
+        node = self.nodes[0]
+        assert node is not None
+        return node.bootstrap
+
+
+@contextmanager
+def zookeeper_cluster(directory: Path) -> Iterator[Cluster]:
+    with zookeeper_server(directory / "zookeeper") as zk:
+        cluster = Cluster(zk, directory, [None] * NODES)
+        try:
+            for node_id in range(NODES):
+                cluster.start(node_id)
+            wait_for("the partitions spread over three nodes", cluster.settled, 60)
+            yield cluster
+        finally:
+            stop_each([n for n in cluster.nodes if n is not None])
+
+
+# -- the groups -----------------------------------------------------------------------------
+
+
+@dataclass
+class Groups:
+    """The 30 groups and their members, by kind."""
+
+    members: dict[str, list[Any]]  # group -> members (kafka-python Members, PolledMembers)
+    kind: dict[str, str]  # group -> kafka-python, classic, consumer
+
+    def classic(self) -> list[str]:
+        return [g for g, k in self.kind.items() if k != "consumer"]
+
+
+def collect_refused_sockets() -> None:
+    """kafka-python 3.0.12 leaves the socket of each connection refused (a killed node's,
+    one that stopped serving) to the garbage collector, never connected (bound to
+    0.0.0.0): collect them here, so that their warnings are not charged to a later test.
+    Any other socket left open still fails the test that left it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=REFUSED_SOCKET, category=ResourceWarning)
+        gc.collect()
+
+
+@contextmanager
+def running_groups(cluster: Cluster) -> Iterator[Groups]:
+    bootstrap = cluster.bootstrap()
+    members: dict[str, list[Any]] = {}
+    kind: dict[str, str] = {}
+    with ExitStack() as stack:
+        stack.callback(collect_refused_sockets)  # last: once every member is closed
+        poller = Poller()
+        stack.callback(poller.close)
+        for k in range(GROUPS_EACH):
+            for protocol in ("classic", "consumer"):
+                group = f"zk-{protocol}-{k}"
+                kind[group] = protocol
+                members[group] = [
+                    poller.add(
+                        confluent(bootstrap, group, f"{group}-{m}", protocol, CLASSIC_SESSION_MS)
+                    )
+                    for m in range(MEMBERS)
+                ]
+        poller.start()
+        server = type("Bootstrap", (), {"bootstrap": bootstrap})()
+        for k in range(GROUPS_EACH):
+            group = f"zk-kafka-python-{k}"
+            kind[group] = "kafka-python"
+            members[group] = []
+            for m in range(MEMBERS):
+                member = KafkaPythonMember(
+                    server, f"{group}-{m}", group, session_timeout_ms=CLASSIC_SESSION_MS
+                )
+                stack.callback(member.close)
+                members[group].append(member)
+        for group_members in members.values():
+            groups.settle(group_members, timeout_s=90)
+        yield Groups(members, kind)
+
+
+def commit_all(
+    running: Groups, only: list[str] | None = None, base: int = 1000
+) -> dict[str, dict[int, int]]:
+    """Each member (of the groups `only`, or all) commits offset `base + p` for each
+    partition p it owns, synchronously; what was acknowledged."""
+    acknowledged: dict[str, dict[int, int]] = {}
+    for group, members in running.members.items():
+        if only is not None and group not in only:
+            continue
+        for member in members:
+            owned = sorted(member.owned)
+            offsets = {p: base + p for p in owned}
+            if running.kind[group] == "kafka-python":
+                from kafka import OffsetAndMetadata
+                from kafka import TopicPartition as KafkaTopicPartition
+
+                member.call(
+                    lambda c, o=offsets: c.commit(
+                        {
+                            KafkaTopicPartition(TOPIC, p): OffsetAndMetadata(v, "", -1)
+                            for p, v in o.items()
+                        }
+                    )
+                )
+            else:
+                tps = [TopicPartition(TOPIC, p, v) for p, v in offsets.items()]
+                for tp in member.consumer.commit(offsets=tps, asynchronous=False):
+                    assert tp.error is None, tp.error
+            acknowledged.setdefault(group, {}).update(offsets)
+    return acknowledged
+
+
+def commit_timed(running: Groups, group: str, since: float) -> tuple[dict[int, int], float]:
+    """`group`'s members commit again; what was acknowledged, and when (seconds from
+    `since`)."""
+    offsets = commit_all(running, [group], base=2000).get(group, {})
+    return offsets, time.monotonic() - since
+
+
+def read_back(cluster: Cluster, acknowledged: dict[str, dict[int, int]]) -> None:
+    """Every acknowledged offset, read from the group's coordinator as FindCoordinator
+    names it now."""
+    bootstrap = cluster.nodes[cluster.live()[0]]
+    assert bootstrap is not None
+    for group, offsets in acknowledged.items():
+        with Connection(bootstrap.host, bootstrap.port) as c:
+            found = c.request(FindCoordinatorRequest(key=group, key_type=0), 2)
+        assert isinstance(found, FindCoordinatorResponse) and found.error_code == 0, found
+        with Connection(found.host, found.port) as c:
+            got = c.committed(group, TOPIC, range(PARTITIONS))
+        assert {p: got.get(p) for p in offsets} == offsets, group
+
+
+def classic_generations(cluster: Cluster, wanted: list[str]) -> dict[str, tuple[str, int]]:
+    out = {}
+    for node_id in cluster.live():
+        for g in cluster.admin(node_id).groups():
+            if g["group_id"] in wanted and g["members"]:
+                out[g["group_id"]] = (g["state"], g["generation"])
+    return out
+
+
+def stable_on_owner(cluster: Cluster, wanted: list[str]) -> bool:
+    seen = classic_generations(cluster, wanted)
+    return len(seen) == len(wanted) and all(s == "Stable" for s, _ in seen.values())
+
+
+# -- the log's record of what each node served ------------------------------------------------
+
+STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO fastcoord\.cluster: "
+LOADED_LINE = re.compile(STAMP + r"offsets partition (\d+) loaded", re.M)
+RESIGNED_LINE = re.compile(
+    STAMP + r"offsets partitions: taking \[[\d, ]*\], resigned \[([\d, ]*)\]", re.M
+)
+
+
+def served_intervals(log: str, end: float) -> dict[int, list[tuple[float, float]]]:
+    """When a node's log says it served each partition: from its load to its resignation
+    (or `end`)."""
+
+    def at(stamp: str) -> float:
+        return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+    events = [(at(m[1]), int(m[2]), "loaded") for m in LOADED_LINE.finditer(log)]
+    for m in RESIGNED_LINE.finditer(log):
+        events += [(at(m[1]), int(p), "resigned") for p in m[2].split(", ") if p]
+    events.sort()
+    open_since: dict[int, float] = {}
+    out: dict[int, list[tuple[float, float]]] = {}
+    for t, p, what in events:
+        if what == "loaded":
+            open_since.setdefault(p, t)
+        elif p in open_since:
+            out.setdefault(p, []).append((open_since.pop(p), t))
+    for p, since in open_since.items():
+        out.setdefault(p, []).append((since, end))
+    return out
+
+
+def check_never_served_twice(
+    logs: list[str], ended: dict[int, tuple[str, float]] | None = None
+) -> None:
+    """No partition served by two nodes at once, by the logs of nodes running now and
+    those of nodes `ended` (their log, and when they were killed)."""
+    end = time.time()
+    by_partition: dict[int, list[tuple[float, float, int]]] = {}
+    sources = [(log, end) for log in logs] + list((ended or {}).values())
+    for node_id, (log, until) in enumerate(sources):
+        for p, spans in served_intervals(log, until).items():
+            by_partition.setdefault(p, []).extend((a, b, node_id) for a, b in spans)
+    for p, spans in by_partition.items():
+        spans.sort()
+        for (_, b1, n1), (a2, _, n2) in itertools.pairwise(spans):
+            assert a2 >= b1, f"partition {p} served by node {n1} until {b1} and {n2} from {a2}"
+
+
+# -- the tests ------------------------------------------------------------------------------------
+
+
+def test_a_partition_moved_by_the_admin_api(tmp_path: Path) -> None:
+    with zookeeper_cluster(tmp_path) as cluster, running_groups(cluster) as running:
+        acknowledged = commit_all(running)
+        classic = running.classic()
+        # The partition of the most groups moves, to a node that does not own it.
+        by_partition: dict[int, list[str]] = {}
+        for group in running.members:
+            by_partition.setdefault(partition_of(group), []).append(group)
+        moved_partition, moved = max(by_partition.items(), key=lambda kv: len(kv[1]))
+        others = [g for g in classic if g not in moved]
+        before = classic_generations(cluster, classic)
+        assert {s for s, _ in before.values()} == {"Stable"}, before
+        old = cluster.owner(moved[0])
+        target = next(n for n in cluster.live() if n != old)
+
+        started = time.monotonic()
+        cluster.admin(target).move_partition(moved_partition, target)
+        moved_classic = [g for g in moved if g in classic]
+        # The new coordinator has the groups Stable, as they were, once it has loaded them.
+        stable = wait_for(
+            "the moved groups Stable on their new node",
+            lambda: (
+                moved_partition in cluster.admin(target).partitions()["serving"]
+                and stable_on_owner(cluster, moved_classic)
+            ),
+            5,
+        )
+        # Each moved group's members commit again, all groups at once: acknowledged once
+        # each member has found the new coordinator. A consumer-protocol member learns of
+        # the move at its next heartbeat (group.consumer.heartbeat.interval.ms, 5 s) or
+        # commit, and librdkafka retries a request to a coordinator whose connection is
+        # not up yet after a backoff of about a second.
+        with ThreadPoolExecutor(len(moved)) as pool:
+            timed = pool.map(lambda g: commit_timed(running, g, started), moved)
+            done = dict(zip(moved, timed, strict=True))
+        for group, (offsets, at) in done.items():
+            acknowledged[group].update(offsets)
+            print(f"{group} ({running.kind[group]}): committed on node {target} at {at:.2f} s")
+        found = max(at for _, at in done.values())
+        assert found < 15, done
+        for group in moved:
+            groups.settle(running.members[group], timeout_s=1)  # nobody rebalanced
+        after = classic_generations(cluster, classic)
+        for group in moved_classic:
+            assert after[group] == before[group], (group, before[group], after[group])
+        for group in others:
+            assert after[group] == before[group], group
+        read_back(cluster, acknowledged)
+        check_never_served_twice([n.log() for n in cluster.nodes if n is not None])
+        print(
+            f"partition {moved_partition} ({len(moved)} groups) moved to node {target}: "
+            f"Stable there in {stable:.2f} s, every member there in {found:.2f} s"
+        )
+
+
+def test_a_killed_node_s_groups_move_and_it_takes_back_only_what_the_map_gives(
+    tmp_path: Path,
+) -> None:
+    with zookeeper_cluster(tmp_path) as cluster, running_groups(cluster) as running:
+        acknowledged = commit_all(running)
+        owners = {g: cluster.owner(g) for g in running.members}
+        # Not node 0, which every client was given to bootstrap from.
+        victim = max((1, 2), key=lambda n: sum(o == n for o in owners.values()))
+        victims = [g for g, o in owners.items() if o == victim]
+        before = classic_generations(cluster, running.classic())
+        node = cluster.nodes[victim]
+        assert node is not None
+        node.kill()
+        killed_at = time.time()
+        print(f"node {victim} killed at {datetime.fromtimestamp(killed_at)}")
+        cluster.nodes[victim] = None
+        killed = time.monotonic()
+        limit = ZK_SESSION_MS / 1000 + 5
+        # settled(): the map is over the live nodes alone, and each serves its share.
+        moved = wait_for(
+            "the killed node's partitions served by the others", cluster.settled, limit
+        )
+        victims_classic = [g for g in victims if running.kind[g] != "consumer"]
+        stable = (
+            wait_for(
+                "its groups Stable on the others",
+                lambda: stable_on_owner(cluster, victims_classic),
+                limit,
+            )
+            + moved
+        )
+        with ThreadPoolExecutor(len(victims)) as pool:
+            done = dict(
+                zip(
+                    victims,
+                    pool.map(lambda g: commit_timed(running, g, killed), victims),
+                    strict=True,
+                )
+            )
+        for group, (offsets, _) in done.items():
+            acknowledged[group].update(offsets)
+        after = classic_generations(cluster, running.classic())
+        kept = [g for g in victims_classic if after[g] == before[g]]
+        read_back(cluster, acknowledged)
+        print(
+            f"node {victim} killed with {len(victims)} groups: its partitions served elsewhere "
+            f"in {moved:.2f} s, its groups Stable in {stable:.2f} s, every member there in "
+            f"{max(at for _, at in done.values()):.2f} s; {len(kept)} of "
+            f"{len(victims_classic)} classic groups kept their generation"
+        )
+        killed_log = node.log()
+
+        restarted = cluster.start(victim)
+        wait_for("the map over three nodes again", cluster.settled, 30)
+        view = cluster.admin(victim).partitions()
+        mine = sorted(int(p) for p, n in view["owners"].items() if n == victim)
+        assert view["serving"] == mine and mine
+        read_back(cluster, acknowledged)
+        logs = [n.log() for n in cluster.nodes if n is not None and n is not restarted]
+        check_never_served_twice([*logs, restarted.log()], {len(logs) + 1: (killed_log, killed_at)})
+
+
+def test_zookeeper_stopped_for_10_s(tmp_path: Path) -> None:
+    with zookeeper_cluster(tmp_path) as cluster, running_groups(cluster) as running:
+        acknowledged = commit_all(running)
+        shares = {i: v["serving"] for i, v in cluster.views().items()}
+        cluster.zk.stop()
+        stopped = time.monotonic()
+        time.sleep(0.5)  # sessions live: each node serves what it owns
+        assert {i: v["serving"] for i, v in cluster.views().items()} == shares
+        gone = wait_for(
+            "every node to stop serving",
+            lambda: all(not v["serving"] for v in cluster.views().values()),
+            ZK_SESSION_MS / 1000 + 5,
+        )
+        time.sleep(max(0.0, 10 - (time.monotonic() - stopped)))
+        cluster.zk.start()
+        back = wait_for("the nodes serving again", cluster.settled, 30)
+        for group_members in running.members.values():
+            groups.settle(group_members, timeout_s=60)
+        acknowledged.update(commit_all(running, base=3000))
+        read_back(cluster, acknowledged)
+        check_never_served_twice([n.log() for n in cluster.nodes if n is not None])
+        print(
+            f"ZooKeeper stopped for 10 s: nodes stopped serving {gone + 0.5:.2f} s after; "
+            f"serving again {back:.2f} s after it was back"
+        )
