@@ -5,6 +5,11 @@ instead of handling the request, add latency, drop the connection, or pause the 
 requests wait, and are all handled when the pause ends). It applies with a probability,
 from `start_after_ms` after it was added, for `duration_ms`, at most `count` times.
 
+One action is no request's: `move_coordinator` moves the offsets partition of the group
+`group` names (a group id, taken as it is) to another node, once, at `start_after_ms`, in
+a cluster kept in ZooKeeper; `duration_ms` is then the window a load test's summary sets
+against the rest of the run.
+
 This module is sans-IO: rules are parsed and validated here, and `FaultSet.match` decides,
 given the time and a random draw, which rule (if any) a request meets. Carrying the
 action out is the server's (server/fault_injection.py). The same rule shape comes from the
@@ -24,8 +29,8 @@ import msgspec
 from fastcoord.protocol.api_keys import ApiKey, api_name
 from fastcoord.protocol.errors import ErrorCode, error_name
 
-Kind = Literal["error", "latency", "drop_connection", "pause"]
-KINDS: tuple[Kind, ...] = ("error", "latency", "drop_connection", "pause")
+Kind = Literal["error", "latency", "drop_connection", "pause", "move_coordinator"]
+KINDS: tuple[Kind, ...] = ("error", "latency", "drop_connection", "pause", "move_coordinator")
 ANY_API = "*"
 MAX_PATTERN = 1000  # characters of a group pattern
 MAX_LATENCY_MS = 600_000
@@ -52,6 +57,7 @@ class FaultRule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_d
     latency_ms: float | LatencyDistribution | None = None
     drop_connection: bool = False
     pause: bool = False
+    move_coordinator: bool = False
     probability: float = 1.0
     start_after_ms: int = 0
     duration_ms: int | None = None
@@ -109,6 +115,8 @@ class Fault:
 
     def describe(self) -> str:
         """A line for logs and summaries: `Heartbeat group=~load-.*: error REBALANCE_...`."""
+        if self.kind == "move_coordinator":
+            return f"#{self.id} move the coordinator of group {self.rule.group}"
         if self.kind == "error":
             what = f"error {error_name(self.error)}"
         elif self.kind == "latency":
@@ -196,12 +204,21 @@ def compile_rule(rule: FaultRule, fault_id: int, now_ms: int) -> Fault:
         actions.append("drop_connection")
     if rule.pause:
         actions.append("pause")
+    if rule.move_coordinator:
+        actions.append("move_coordinator")
     if len(actions) != 1:
         raise FaultError(
-            "one action: error, latency_ms, drop_connection or pause"
+            "one action: error, latency_ms, drop_connection, pause or move_coordinator"
             + (f" (this rule has {', '.join(actions)})" if actions else "")
         )
     kind = actions[0]
+    if kind == "move_coordinator":
+        if rule.group is None:
+            raise FaultError("move_coordinator: give the group whose coordinator moves")
+        if api is not None or rule.probability != 1.0 or rule.count is not None:
+            raise FaultError(
+                "move_coordinator: a move is no request's: api *, no probability or count"
+            )
     error = parse_error(rule.error) if rule.error is not None else 0
     latency = _latency(rule.latency_ms) if rule.latency_ms is not None else (0.0, 0.0)
     if not 0.0 < rule.probability <= 1.0:
@@ -270,7 +287,11 @@ class FaultSet:
 
     def refresh(self, now_ms: int) -> None:
         """Recompute which APIs have rules not yet over (after a change, or a rule's end)."""
-        apis = {f.api for f in self._faults.values() if f.state(now_ms) != "ended"}
+        apis = {
+            f.api
+            for f in self._faults.values()
+            if f.state(now_ms) != "ended" and f.kind != "move_coordinator"  # no request's
+        }
         self._apis = apis
         self.live = bool(apis)
 
@@ -304,7 +325,7 @@ class FaultSet:
             return None
         group_list: list[str] | None = None
         for fault in self._faults.values():
-            if fault.api is not None and fault.api != api:
+            if (fault.api is not None and fault.api != api) or fault.kind == "move_coordinator":
                 continue
             if fault.state(now_ms) != "active" or fault.spent():
                 continue

@@ -58,6 +58,10 @@ def test_api_names_are_kafkas() -> None:
         ({"api": "Heartbeat", "pause": True, "colour": "red"}, "unknown field colour"),
         ({"api": "Heartbeat", "pause": True, "count": "three"}, "count: expected"),
         ([1, 2], "expected `object`"),
+        ({"api": "*", "move_coordinator": True}, "give the group whose coordinator moves"),
+        ({"api": "Heartbeat", "group": "g", "move_coordinator": True}, "a move is no request's"),
+        ({"api": "*", "group": "g", "move_coordinator": True, "count": 1}, "no probability"),
+        ({"api": "*", "group": "g", "move_coordinator": True, "pause": True}, "this rule has"),
     ],
 )
 def test_bad_rules_are_refused_with_the_reason(rule: Any, reason: str) -> None:
@@ -160,3 +164,15 @@ def test_describe() -> None:
     assert fault.describe() == "#1 Heartbeat group~g.*: error REBALANCE_IN_PROGRESS p=0.5"
     latency = add(faults, api="*", latency_ms={"p50": 5, "p99": 50})
     assert latency.describe() == "#2 *: latency p50 5 ms, p99 50 ms"
+
+
+def test_a_move_is_no_requests_and_keeps_the_fast_paths() -> None:
+    """A move_coordinator rule is carried out once by the server, at its start: no request
+    meets it, and it does not send heartbeats off their fast paths."""
+    faults = FaultSet()
+    move = add(faults, api="*", group="orders", move_coordinator=True, duration_ms=10_000)
+    assert move.kind == "move_coordinator" and move.state(0) == "active"
+    assert move.describe() == "#1 move the coordinator of group orders"
+    assert not faults.live and not faults.touches(HB)
+    assert faults.match(HB, ["orders"], 0, always) is None
+    assert faults.next_change_ms(0) == 10_000  # its window ends

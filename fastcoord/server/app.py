@@ -44,6 +44,7 @@ from fastcoord.core.group import Group
 from fastcoord.core.native import timing_wheel
 from fastcoord.core.records import ACL_PARTITION
 from fastcoord.core.result import Event, Result
+from fastcoord.faults import Fault
 from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.protocol.commit_batch import OffsetCommitBatch
 from fastcoord.protocol.error_responses import error_response
@@ -179,6 +180,16 @@ class Server:
             self.authorization = self._authorization()
 
     now_ms = staticmethod(now_ms)
+
+    def move_coordinator(self, fault: Fault) -> None:
+        """A move_coordinator fault rule, due: the node that coordinates its group moves the
+        group's partition to another node (the others have nothing to do)."""
+        if self.moves is None:
+            log.warning("fault #%d: move_coordinator needs --zookeeper: nothing moved", fault.id)
+            return
+        group = fault.rule.group
+        assert group is not None
+        self.moves.move_group(group, fault)
 
     def timers_changed(self) -> None:
         """The core's timers changed outside a Result (a partition loaded): the clock
@@ -722,6 +733,16 @@ def log_event(event: Event) -> None:
             event.group_id,
             event.members,
         )
+    elif event.kind == "group_loaded":
+        events_log.info(
+            "group %s: loaded %s, generation %d, with %d members",
+            event.group_id,
+            event.reason,
+            event.generation,
+            event.members,
+        )
+    elif event.kind == "coordinator_moved":
+        events_log.warning("group %s: %s", event.group_id, event.reason)
     elif event.kind == "offsets_committed":
         events_log.debug("group %s: %d offsets committed", event.group_id, event.members)
     else:

@@ -35,6 +35,8 @@ from kazoo.client import KazooState
 from fastcoord.cluster.routing import MappedCluster, Node, zookeeper_cluster_id
 from fastcoord.cluster.serving import Changes, Serving
 from fastcoord.cluster.zookeeper import Membership, MoveRefused, OwnershipMap, split_hosts
+from fastcoord.core.result import Event, Result
+from fastcoord.faults import Fault
 from fastcoord.storage.lock import PartitionLocked
 
 if TYPE_CHECKING:
@@ -234,6 +236,9 @@ class CoordinatorMoves:
                 while True:
                     try:
                         await trio.to_thread.run_sync(server.store.acquire, partition)
+                        # A thread's call is not cancelled: a resignation meanwhile ends
+                        # the take here, before anything of the partition is replayed.
+                        await trio.lowlevel.checkpoint()
                         break
                     except PartitionLocked as exc:
                         if not waited:
@@ -241,12 +246,14 @@ class CoordinatorMoves:
                             waited = True
                         await trio.sleep(LOCK_RETRY_S)
                 records = await trio.to_thread.run_sync(server.store.recover, partition)
+                await trio.lowlevel.checkpoint()  # resigned while it read: replay nothing
                 now = server.now_ms()
                 for i, record in enumerate(records):
                     co.replay(record, now, loading=True)
                     if i % REPLAY_CHECKPOINT == REPLAY_CHECKPOINT - 1:
                         await trio.lowlevel.checkpoint()
                 co.loading_partitions.discard(partition)
+                self._report_loaded(partition, now)
                 self.serving.loaded(partition)
                 server.store.loaded(partition)
                 server.parking.refresh()
@@ -262,6 +269,68 @@ class CoordinatorMoves:
             taking.done.set()
             if self._taking.get(partition) is taking:
                 del self._taking[partition]
+
+    def _report_loaded(self, partition: int, now_ms: int) -> None:
+        """A group_loaded event for each group of `partition` with members: the mark, on
+        the node it moved to, of when its members may carry on."""
+        server = self.server
+        co = server.coordinator
+        in_partition = [
+            (group_id, group.generation_id, len(group.members), str(group.state))
+            for group_id, group in co.groups.items()
+            if group.members and self.partition_for(group_id, self.partitions) == partition
+        ] + [
+            (group_id, group.group_epoch, len(group.members), str(group.state))
+            for group_id, group in co.consumer_groups.items()
+            if group.members and self.partition_for(group_id, self.partitions) == partition
+        ]
+        events = [
+            Event(
+                at_ms=now_ms,
+                kind="group_loaded",
+                group_id=group_id,
+                generation=generation,
+                members=members,
+                reason=state,
+            )
+            for group_id, generation, members, state in in_partition
+        ]
+        if events:
+            server.apply(Result(events=events))  # logged, counted, in the event log
+
+    # -- moves ----------------------------------------------------------------------------
+
+    def move_group(self, group: str, fault: Fault) -> None:
+        """A move_coordinator fault: if this node coordinates `group`, its partition moves
+        to the next live node (by id, after this one)."""
+        partition = int(self.partition_for(group, self.partitions))
+        read = self.map
+        if read is None or read.owners.get(partition) != self.me.node_id:
+            return  # another node coordinates it, and moves it
+        others = sorted(n for n in read.nodes if n != self.me.node_id)
+        if not others:
+            log.warning("fault #%d: no other node to move group %s to", fault.id, group)
+            return
+        target = next((n for n in others if n > self.me.node_id), others[0])
+        assert self._nursery is not None
+        self._nursery.start_soon(self._move_group, group, partition, target, fault)
+
+    async def _move_group(self, group: str, partition: int, target: int, fault: Fault) -> None:
+        try:
+            await self.move(partition, target)
+        except Exception as exc:  # refused, or ZooKeeper unreachable: the run goes on
+            log.warning("fault #%d: group %s's coordinator not moved: %s", fault.id, group, exc)
+            return
+        fault.injected += 1
+        server = self.server
+        reason = (
+            f"fault #{fault.id}: offsets partition {partition} moved from node "
+            f"{self.me.node_id} to node {target}"
+        )
+        event = Event(
+            at_ms=server.now_ms(), kind="coordinator_moved", group_id=group, reason=reason
+        )
+        server.apply(Result(events=[event]))  # logged, counted, in the event log
 
     # -- for the admin port -------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Fault rules carried out on live requests: errors, latency, dropped connections, pauses.
+"""Fault rules carried out on live requests: errors, latency, dropped connections, pauses;
+and the one rule that is no request's, a coordinator's move, handed to the server when due.
 
 Every request on the server's Python path passes `intercept` first; with no rule in force
 that is one attribute check. While a rule may apply to heartbeats, the member table stops
@@ -76,6 +77,9 @@ class FaultHost(Protocol):
     def commit_offsets_now(self, commits: list[tuple[Slot, OffsetCommitBatch]]) -> None:
         """Handle OffsetCommits, past the rules."""
 
+    def move_coordinator(self, fault: Fault) -> None:
+        """Carry out a move_coordinator rule, now due (counting it injected once done)."""
+
 
 class FaultInjector:
     def __init__(self, host: FaultHost, seed: int | None = None) -> None:
@@ -95,7 +99,13 @@ class FaultInjector:
         self.changed()
         log.warning("fault rule added: %s", self._span(fault))
         self._watch(now)
+        if fault.kind == "move_coordinator":
+            self.host.later(fault.starts_ms, partial(self._move, fault))
         return fault
+
+    def _move(self, fault: Fault) -> None:
+        if not fault.deleted:
+            self.host.move_coordinator(fault)
 
     def remove(self, fault_id: int) -> Fault | None:
         now = self.host.now_ms()

@@ -5,9 +5,11 @@ thread-safe."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from kafka import KafkaConsumer
+from kafka.errors import KafkaConnectionError
 
 from fastcoord.testing import ServerProcess
 from tests.interop.groups import PARTITIONS, TOPIC
@@ -47,7 +49,13 @@ class Member:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.consumer.poll(timeout_ms=200)
+            try:
+                self.consumer.poll(timeout_ms=200)
+            except KafkaConnectionError:
+                # A broker that died (a node killed): kafka-python raises from poll what
+                # it cannot fetch; an application's loop polls on, as this one does.
+                time.sleep(0.1)
+                continue
             self.owned = {tp.partition for tp in self.consumer.assignment()}
             with self._lock:
                 calls, self._calls = self._calls, []

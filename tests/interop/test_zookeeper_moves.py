@@ -157,11 +157,13 @@ class Groups:
         return [g for g, k in self.kind.items() if k != "consumer"]
 
 
-def collect_refused_sockets() -> None:
+@pytest.fixture(autouse=True)
+def collect_refused_sockets() -> Iterator[None]:
     """kafka-python 3.0.12 leaves the socket of each connection refused (a killed node's,
     one that stopped serving) to the garbage collector, never connected (bound to
-    0.0.0.0): collect them here, so that their warnings are not charged to a later test.
-    Any other socket left open still fails the test that left it."""
+    0.0.0.0): collect them once the test is over, so that their warnings are not charged
+    to a later test. Any other socket left open still fails."""
+    yield
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=REFUSED_SOCKET, category=ResourceWarning)
         gc.collect()
@@ -173,7 +175,6 @@ def running_groups(cluster: Cluster) -> Iterator[Groups]:
     members: dict[str, list[Any]] = {}
     kind: dict[str, str] = {}
     with ExitStack() as stack:
-        stack.callback(collect_refused_sockets)  # last: once every member is closed
         poller = Poller()
         stack.callback(poller.close)
         for k in range(GROUPS_EACH):

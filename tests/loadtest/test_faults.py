@@ -133,7 +133,7 @@ def test_the_documented_schedule_is_a_schedule() -> None:
         ),
         (
             '[[fault]]\nat_ms = 0\napi = "Heartbeat"\npause = true\nlatency_ms = 5\n',
-            "fault 1: one action: error, latency_ms, drop_connection or pause",
+            "fault 1: one action: error, latency_ms, drop_connection, pause or move_coordinator",
         ),
         (
             '[[fault]]\nat_ms = 0\napi = "Heartbeat"\npause = true\nwhen = 3\n',
