@@ -54,6 +54,7 @@ def loadtest(
     duration_s: int,
     moves: list[tuple[int, str]],
     per_connection: int,
+    session_timeout_ms: int,
 ) -> dict[str, Any]:
     schedule = out.parent / f"{out.name}.toml"
     schedule.write_text(
@@ -72,6 +73,7 @@ def loadtest(
         "--duration", str(duration_s),
         "--out", str(out),
         "--group-prefix", out.name,
+        "--session-timeout-ms", str(session_timeout_ms),
     ]  # fmt: skip
     if moves:
         argv += ["--faults", str(schedule), "--admin", ",".join(a.address for a in admins)]
@@ -87,6 +89,11 @@ def main() -> None:
     parser.add_argument("--moves-every", type=int, default=0)
     parser.add_argument("--duration", type=int, default=40)
     parser.add_argument("--members-per-connection", type=int, default=10)
+    parser.add_argument("--session-timeout-ms", type=int, default=45_000)
+    parser.add_argument(
+        "--baseline", action="store_true", help="each size run once without moves first"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the nodes' logs and data")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="coordinator-moves-"))
     try:
@@ -105,28 +112,38 @@ def main() -> None:
                 while not settled(admins) and time.monotonic() < deadline:
                     time.sleep(0.2)
                 for members in args.members:
+                    if args.baseline:
+                        run(args, work, nodes, admins, members, moving=False)
                     run(args, work, nodes, admins, members)
             finally:
                 for node in nodes:
                     node.stop(check=False)  # fault lines are warnings
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def run(
-    args: argparse.Namespace, work: Path, nodes: list[Any], admins: list[AdminClient], members: int
+    args: argparse.Namespace,
+    work: Path,
+    nodes: list[Any],
+    admins: list[AdminClient],
+    members: int,
+    moving: bool = True,
 ) -> None:
-    name = f"moves-{members}"
-    if args.moves_every:
+    name = f"{'moves' if moving else 'still'}-{members}"
+    if not moving:
+        moves = []
+    elif args.moves_every:
         moves = [
-            (s * 1000, f"{name}-{k % args.groups}")
+            (s * 1000, f"{name}-{k % args.groups:04d}")
             for k, s in enumerate(range(15, args.duration - 5, args.moves_every))
         ]
     else:
-        moves = [(args.duration * 1000 // 2, f"{name}-0")]
+        moves = [(args.duration * 1000 // 2, f"{name}-0000")]
     summary = loadtest(
         nodes[0].bootstrap, admins, work / name, members, args.groups, args.duration, moves,
-        args.members_per_connection,
+        args.members_per_connection, args.session_timeout_ms,
     )  # fmt: skip
     logs = "".join(n.log() for n in nodes)
     moved = {
@@ -140,7 +157,7 @@ def run(
     print(f"== {members} members in {args.groups} groups, {len(moves)} moves")
     for group, (seconds, state) in sorted(loaded.items()):
         print(f"  {group}: loaded {state} on its new node {seconds * 1000:.0f} ms after the move")
-    for fault in summary.get("faults", []):
+    for fault in summary.get("faults") or []:
         effect = (fault.get("effect") or {}).get("Heartbeat")
         if effect:
             w, o = effect["window"], effect["outside"]
@@ -148,8 +165,14 @@ def run(
                 f"  {fault['description']}: heartbeats in its window p99 {w['p99_ms']} ms, "
                 f"signals {w['signals']}, errors {w['errors']}; outside p99 {o['p99_ms']} ms"
             )
-    steady = summary.get("steady", {}).get("apis", {}).get("Heartbeat", {})
-    print(f"  steady heartbeats: {json.dumps(steady)[:400]}")
+    steady = ((summary.get("phases") or {}).get("steady") or {}).get("apis") or {}
+    heartbeat = steady.get("Heartbeat")
+    if heartbeat:
+        print(
+            f"  steady phase heartbeats: {heartbeat['count']} p50 {heartbeat.get('p50_ms')} ms "
+            f"p99 {heartbeat.get('p99_ms')} ms p99.9 {heartbeat.get('p99_9_ms')} ms, "
+            f"errors {heartbeat['errors']}"
+        )
 
 
 if __name__ == "__main__":

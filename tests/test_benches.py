@@ -145,3 +145,16 @@ def test_storm_run_smoke(tmp_path: Path) -> None:
     probes = json.loads((tmp_path / "classic" / "probes.json").read_text())
     assert probes and not [p for p in probes if p["error"]], probes
     assert all("FindCoordinator" in p for p in probes)
+
+
+@pytest.mark.cluster  # ZooKeeper and three nodes, for the run's seconds
+def test_coordinator_moves_run_smoke() -> None:
+    """benches/coordinator_moves_run.py, tiny: three nodes kept in ZooKeeper, a group of ten
+    moved once under the load test; the move is seen on the new node and in the summary."""
+    run = run_script(
+        "benches.coordinator_moves_run",
+        *("--members", "10", "--duration", "20"),
+        timeout=180,
+    )
+    assert "moves-10-0000: loaded Stable on its new node" in run.stdout, run.stdout
+    assert "errors {'NOT_COORDINATOR': 10}" in run.stdout, run.stdout

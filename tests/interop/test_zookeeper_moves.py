@@ -16,11 +16,9 @@ consumers (classic and consumer protocol), each given node 0's address alone.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import re
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -36,22 +34,14 @@ from fastcoord.client.admin import AdminClient
 from fastcoord.client.blocking import Connection
 from fastcoord.core.native import partition as partitioning
 from fastcoord.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
-from fastcoord.testing import ServerProcess, start_zookeeper_node, stop_each
+from fastcoord.testing import ServerProcess, start_cluster, start_zookeeper_node, stop_each
 from fastcoord.testing_zookeeper import ZooKeeper, zookeeper_server
 from tests.interop import groups
 from tests.interop.confluent_members import Poller, confluent
 from tests.interop.groups import PARTITIONS, TOPIC
 from tests.interop.kafka_python_member import Member as KafkaPythonMember
 
-# kafka-python's refused connections' sockets (see collect_refused_sockets), whenever the
-# collector meets them during a test of this module.
-REFUSED_SOCKET = (
-    r"unclosed <socket\.socket fd=\d+, family=2, type=1, proto=6, laddr=\('0\.0\.0\.0', \d+\)>$"
-)
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.filterwarnings(f"ignore:{REFUSED_SOCKET}:ResourceWarning"),
-]
+pytestmark = pytest.mark.cluster
 
 NODES = 3
 OFFSETS_PARTITIONS = 50
@@ -155,18 +145,6 @@ class Groups:
 
     def classic(self) -> list[str]:
         return [g for g, k in self.kind.items() if k != "consumer"]
-
-
-@pytest.fixture(autouse=True)
-def collect_refused_sockets() -> Iterator[None]:
-    """kafka-python 3.0.12 leaves the socket of each connection refused (a killed node's,
-    one that stopped serving) to the garbage collector, never connected (bound to
-    0.0.0.0): collect them once the test is over, so that their warnings are not charged
-    to a later test. Any other socket left open still fails."""
-    yield
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=REFUSED_SOCKET, category=ResourceWarning)
-        gc.collect()
 
 
 @contextmanager
@@ -280,12 +258,14 @@ RESIGNED_LINE = re.compile(
 )
 
 
+def at(stamp: str) -> float:
+    """A log line's time stamp as time.time() does."""
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
 def served_intervals(log: str, end: float) -> dict[int, list[tuple[float, float]]]:
     """When a node's log says it served each partition: from its load to its resignation
     (or `end`)."""
-
-    def at(stamp: str) -> float:
-        return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
     events = [(at(m[1]), int(m[2]), "loaded") for m in LOADED_LINE.finditer(log)]
     for m in RESIGNED_LINE.finditer(log):
@@ -429,6 +409,18 @@ def test_a_killed_node_s_groups_move_and_it_takes_back_only_what_the_map_gives(
             f"{len(victims_classic)} classic groups kept their generation"
         )
         killed_log = node.log()
+        # The same from the survivors' logs, without this test's polling in it.
+        logs = "".join(n.log() for n in cluster.nodes if n is not None)
+        spread = [
+            at(m[1]) - killed_at
+            for m in re.finditer(STAMP + r"ownership map: .* over nodes \[([\d, ]*)\]", logs, re.M)
+            if at(m[1]) > killed_at
+        ]
+        loads = [at(m[1]) - killed_at for m in LOADED_LINE.finditer(logs) if at(m[1]) > killed_at]
+        print(
+            f"by the logs: the map without node {victim} {min(spread):.2f} s after the kill, "
+            f"its partitions loaded elsewhere {max(loads):.2f} s after"
+        )
 
         restarted = cluster.start(victim)
         wait_for("the map over three nodes again", cluster.settled, 30)
@@ -465,3 +457,23 @@ def test_zookeeper_stopped_for_10_s(tmp_path: Path) -> None:
             f"ZooKeeper stopped for 10 s: nodes stopped serving {gone + 0.5:.2f} s after; "
             f"serving again {back:.2f} s after it was back"
         )
+
+
+def test_fastcoord_cluster_keeps_its_nodes_in_zookeeper(tmp_path: Path) -> None:
+    """`fastcoord cluster --zookeeper`: its nodes share one data directory and the
+    partitions, as the map kept in ZooKeeper gives them."""
+    with zookeeper_server(tmp_path / "zookeeper") as zk:
+        cluster = start_cluster(tmp_path / "cluster", 2, "--zookeeper", zk.hosts)
+        try:
+            nodes = AdminClient(cluster.admin).cluster()["nodes"]
+            assert nodes[0]["data_dir"] == nodes[1]["data_dir"] == str(tmp_path / "cluster/data")
+            admins = [AdminClient(n["admin"]) for n in nodes]
+            wait_for(
+                "each node serving half",
+                lambda: sorted(len(a.partitions()["serving"]) for a in admins) == [25, 25],
+                30,
+            )
+            owners = admins[0].partitions()["nodes"]
+            assert owners == {str(n["node_id"]): f"{n['host']}:{n['port']}" for n in nodes}
+        finally:
+            cluster.stop()
