@@ -55,6 +55,14 @@ class Serving:
         self._connected = True
         self._suspended_at = None
 
+    def connected_now(self) -> bool:
+        """Whether the node is connected and was not cut off (then a CONNECTED is the one
+        it knew of); else it is connected from now on, and the caller reads the map again."""
+        if self._connected and self._suspended_at is None:
+            return True
+        self.connected()
+        return False
+
     def suspended(self, now_ms: int) -> None:
         """The connection to ZooKeeper is lost; the session may live on a while."""
         if self._connected and self._suspended_at is None:

@@ -916,6 +916,14 @@ async def _serve(
         "auto: " if config.max_connections == "auto" else "",
         files.describe(),
     )
+    if moves is not None:
+        try:
+            await moves.join()
+        except KazooTimeoutError:
+            raise startup.StartupError(
+                f"cannot reach ZooKeeper at {config.zookeeper}; start it, or give --zookeeper "
+                "one that runs"
+            ) from None
     task_status.started(port)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.parking.run)
@@ -926,13 +934,7 @@ async def _serve(
         if moves is None:
             nursery.start_soon(server.load)
         else:
-            try:
-                await nursery.start(moves.run)
-            except KazooTimeoutError:
-                raise startup.StartupError(
-                    f"cannot reach ZooKeeper at {config.zookeeper}; start it, or give "
-                    "--zookeeper one that runs"
-                ) from None
+            nursery.start_soon(moves.run)
         nursery.start_soon(collector.run)
         if admin_listeners:
             nursery.start_soon(admin_serve, admin, admin_listeners)

@@ -82,7 +82,7 @@ class CoordinatorMoves:
         self._settling: dict[int, trio.Event] = {}  # resigned, not yet let go
         self._suspension = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
-        self.moves = 0  # partitions gained, for the log and the admin port
+        self.taken = 0  # partitions loaded here since the start, for the admin port
         self.follow(None)
 
     # -- from kazoo's threads -----------------------------------------------------------
@@ -93,20 +93,24 @@ class CoordinatorMoves:
 
     # -- the task -----------------------------------------------------------------------
 
-    async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Join the cluster and follow its map until cancelled; then leave it."""
+    async def join(self) -> None:
+        """Connect to ZooKeeper and register (KazooTimeoutError when it cannot be
+        reached); run() then follows the map."""
+        # Kafka's zookeeper.connection.timeout.ms defaults to the session timeout too.
+        await trio.to_thread.run_sync(self.membership.start, self.session_timeout_ms / 1000)
+        self.serving.connected()
+        log.info(
+            "node %d joined the cluster kept in ZooKeeper at %s (session timeout %d ms)",
+            self.me.node_id,
+            self.membership.chroot,
+            self.session_timeout_ms,
+        )
+
+    async def run(self) -> None:
+        """Follow the cluster's map until cancelled (after join()); then leave it."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             try:
-                await trio.to_thread.run_sync(self.membership.start)
-                self.serving.connected()
-                log.info(
-                    "node %d joined the cluster kept in ZooKeeper at %s (session timeout %d ms)",
-                    self.me.node_id,
-                    self.membership.chroot,
-                    self.session_timeout_ms,
-                )
-                task_status.started()
                 async for kind, value in self._receive:
                     if kind == "map":
                         self._map_read(value)
@@ -155,7 +159,8 @@ class CoordinatorMoves:
             self._apply(self.serving.lost())
         elif state == KazooState.CONNECTED:
             self._suspension.cancel()
-            self.serving.connected()
+            if self.serving.connected_now():
+                return  # the first connection (join()), or one never suspended
             log.info("ZooKeeper connection back: following the map again")
             try:
                 read = await trio.to_thread.run_sync(self.membership.read)
@@ -258,7 +263,7 @@ class CoordinatorMoves:
                 server.store.loaded(partition)
                 server.parking.refresh()
                 server.timers_changed()  # the loaded members' sessions have started
-                self.moves += 1
+                self.taken += 1
                 log.info(
                     "offsets partition %d loaded: %d records in %.3f s",
                     partition,
@@ -350,6 +355,7 @@ class CoordinatorMoves:
             "nodes": {} if read is None else {str(n): v.address for n, v in read.nodes.items()},
             "serving": sorted(p for p, loaded in owned.items() if loaded),
             "loading": sorted(p for p, loaded in owned.items() if not loaded),
+            "taken": self.taken,
         }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,12 @@ from fastcoord.cluster.routing import (
     LONE_CLUSTER_ID,
     Cluster,
     ClusterListError,
+    MappedCluster,
     Node,
     cluster_id_of,
     describe,
     parse_nodes,
+    zookeeper_cluster_id,
 )
 from fastcoord.config import ConfigError, load
 from fastcoord.core.native import partition
@@ -105,3 +108,35 @@ def test_the_settings_take_a_list_and_refuse_one_without_this_node(tmp_path: Pat
     with pytest.raises(ConfigError, match="is not ID@HOST:PORT"):
         load(None, {"cluster": "0@nowhere"})
     assert load(None, {}).cluster_for(9092).lone
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"zookeeper": "nohost"}, "expected HOST:PORT"),
+        ({"zookeeper": "127.0.0.1:2181", "cluster": "0@127.0.0.1:9092"}, "give no cluster list"),
+        ({"zookeeper": "127.0.0.1:2181", "in.memory": "true"}, "--in-memory keeps none"),
+        ({"zookeeper": "127.0.0.1:2181", "zookeeper.session.timeout.ms": "999"}, "at least 1000"),
+    ],
+)
+def test_zookeeper_settings_that_cannot_work_are_refused(
+    settings: dict[str, str], says: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load(None, settings)
+
+
+def test_a_mapped_cluster_routes_by_its_map_and_has_no_owner_before_one() -> None:
+    me = Node(1, "127.0.0.1", 9093)
+    empty = MappedCluster(me, 50, partition.partition_for, "fastcoord-x")
+    assert empty.coordinator("g") is None and empty.owned == frozenset()
+    assert empty.cluster_id == "fastcoord-x" and not empty.owns_all()
+    nodes = {0: Node(0, "127.0.0.1", 9092), 1: me}
+    owners = {p: p % 2 for p in range(50)}
+    mapped = MappedCluster(me, 50, partition.partition_for, "fastcoord-x", owners, nodes)
+    group = next(
+        g for g in (f"g{i}" for i in range(100)) if partition.partition_for(g, 50) % 2 == 0
+    )
+    assert mapped.coordinator(group) == nodes[0]
+    assert mapped.owned == frozenset(range(1, 50, 2))
+    assert zookeeper_cluster_id("/a") == zookeeper_cluster_id("/a") != zookeeper_cluster_id("/b")

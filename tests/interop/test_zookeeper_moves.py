@@ -34,7 +34,14 @@ from fastcoord.client.admin import AdminClient
 from fastcoord.client.blocking import Connection
 from fastcoord.core.native import partition as partitioning
 from fastcoord.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
-from fastcoord.testing import ServerProcess, start_cluster, start_zookeeper_node, stop_each
+from fastcoord.testing import (
+    ServerProcess,
+    free_ports,
+    refused_start,
+    start_cluster,
+    start_zookeeper_node,
+    stop_each,
+)
 from fastcoord.testing_zookeeper import ZooKeeper, zookeeper_server
 from tests.interop import groups
 from tests.interop.confluent_members import Poller, confluent
@@ -263,6 +270,11 @@ def at(stamp: str) -> float:
     return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
+def stamps(log: str, text: str) -> list[float]:
+    """When the lines of `log` that contain `text` were written."""
+    return [at(line[:23]) for line in log.splitlines() if text in line and line[:4].isdigit()]
+
+
 def served_intervals(log: str, end: float) -> dict[int, list[tuple[float, float]]]:
     """When a node's log says it served each partition: from its load to its resignation
     (or `end`)."""
@@ -283,180 +295,203 @@ def served_intervals(log: str, end: float) -> dict[int, list[tuple[float, float]
     return out
 
 
-def check_never_served_twice(
-    logs: list[str], ended: dict[int, tuple[str, float]] | None = None
-) -> None:
-    """No partition served by two nodes at once, by the logs of nodes running now and
-    those of nodes `ended` (their log, and when they were killed)."""
+def check_never_served_twice(logs: list[str], ended: list[tuple[str, float]]) -> None:
+    """No partition served by two nodes at once, by the logs of the nodes running now and
+    of those `ended` (a killed node's log, and when it was killed)."""
     end = time.time()
     by_partition: dict[int, list[tuple[float, float, int]]] = {}
-    sources = [(log, end) for log in logs] + list((ended or {}).values())
+    sources = [(log, end) for log in logs] + ended
     for node_id, (log, until) in enumerate(sources):
         for p, spans in served_intervals(log, until).items():
             by_partition.setdefault(p, []).extend((a, b, node_id) for a, b in spans)
     for p, spans in by_partition.items():
         spans.sort()
         for (_, b1, n1), (a2, _, n2) in itertools.pairwise(spans):
-            assert a2 >= b1, f"partition {p} served by node {n1} until {b1} and {n2} from {a2}"
+            assert a2 >= b1, f"partition {p} served by log {n1} until {b1} and {n2} from {a2}"
 
 
 # -- the tests ------------------------------------------------------------------------------------
 
 
-def test_a_partition_moved_by_the_admin_api(tmp_path: Path) -> None:
+def test_moves_a_killed_node_and_zookeeper_lost_with_real_clients(tmp_path: Path) -> None:
+    """The three scenarios in turn, on one cluster and one fleet of 30 groups (their start
+    is most of each one's time): a move by the admin API, ZooKeeper stopped for 10 s, a node
+    SIGKILLed and restarted. No partition was served by two nodes at once, by every log."""
     with zookeeper_cluster(tmp_path) as cluster, running_groups(cluster) as running:
         acknowledged = commit_all(running)
-        classic = running.classic()
-        # The partition of the most groups moves, to a node that does not own it.
-        by_partition: dict[int, list[str]] = {}
-        for group in running.members:
-            by_partition.setdefault(partition_of(group), []).append(group)
-        moved_partition, moved = max(by_partition.items(), key=lambda kv: len(kv[1]))
-        others = [g for g in classic if g not in moved]
-        before = classic_generations(cluster, classic)
-        assert {s for s, _ in before.values()} == {"Stable"}, before
-        old = cluster.owner(moved[0])
-        target = next(n for n in cluster.live() if n != old)
-
-        started = time.monotonic()
-        cluster.admin(target).move_partition(moved_partition, target)
-        moved_classic = [g for g in moved if g in classic]
-        # The new coordinator has the groups Stable, as they were, once it has loaded them.
-        stable = wait_for(
-            "the moved groups Stable on their new node",
-            lambda: (
-                moved_partition in cluster.admin(target).partitions()["serving"]
-                and stable_on_owner(cluster, moved_classic)
-            ),
-            5,
-        )
-        # Each moved group's members commit again, all groups at once: acknowledged once
-        # each member has found the new coordinator. A consumer-protocol member learns of
-        # the move at its next heartbeat (group.consumer.heartbeat.interval.ms, 5 s) or
-        # commit, and librdkafka retries a request to a coordinator whose connection is
-        # not up yet after a backoff of about a second.
-        with ThreadPoolExecutor(len(moved)) as pool:
-            timed = pool.map(lambda g: commit_timed(running, g, started), moved)
-            done = dict(zip(moved, timed, strict=True))
-        for group, (offsets, at) in done.items():
-            acknowledged[group].update(offsets)
-            print(f"{group} ({running.kind[group]}): committed on node {target} at {at:.2f} s")
-        found = max(at for _, at in done.values())
-        assert found < 15, done
-        for group in moved:
-            groups.settle(running.members[group], timeout_s=1)  # nobody rebalanced
-        after = classic_generations(cluster, classic)
-        for group in moved_classic:
-            assert after[group] == before[group], (group, before[group], after[group])
-        for group in others:
-            assert after[group] == before[group], group
-        read_back(cluster, acknowledged)
-        check_never_served_twice([n.log() for n in cluster.nodes if n is not None])
-        print(
-            f"partition {moved_partition} ({len(moved)} groups) moved to node {target}: "
-            f"Stable there in {stable:.2f} s, every member there in {found:.2f} s"
+        moved_by_api(cluster, running, acknowledged)
+        zookeeper_lost(cluster, running, acknowledged)
+        killed_log, killed_at = node_killed(cluster, running, acknowledged)
+        check_never_served_twice(
+            [n.log() for n in cluster.nodes if n is not None], [(killed_log, killed_at)]
         )
 
 
-def test_a_killed_node_s_groups_move_and_it_takes_back_only_what_the_map_gives(
-    tmp_path: Path,
+def moved_by_api(
+    cluster: Cluster, running: Groups, acknowledged: dict[str, dict[int, int]]
 ) -> None:
-    with zookeeper_cluster(tmp_path) as cluster, running_groups(cluster) as running:
-        acknowledged = commit_all(running)
-        owners = {g: cluster.owner(g) for g in running.members}
-        # Not node 0, which every client was given to bootstrap from.
-        victim = max((1, 2), key=lambda n: sum(o == n for o in owners.values()))
-        victims = [g for g, o in owners.items() if o == victim]
-        before = classic_generations(cluster, running.classic())
-        node = cluster.nodes[victim]
+    """A partition moved by the admin API: its groups carry on, with their members and
+    generation, and the others see nothing."""
+    classic = running.classic()
+    # The partition of the most groups moves, to a node that does not own it.
+    by_partition: dict[int, list[str]] = {}
+    for group in running.members:
+        by_partition.setdefault(partition_of(group), []).append(group)
+    moved_partition, moved = max(by_partition.items(), key=lambda kv: len(kv[1]))
+    others = [g for g in classic if g not in moved]
+    before = classic_generations(cluster, classic)
+    assert {s for s, _ in before.values()} == {"Stable"}, before
+    old = cluster.owner(moved[0])
+    target = next(n for n in cluster.live() if n != old)
+
+    started = time.monotonic()
+    cluster.admin(target).move_partition(moved_partition, target)
+    moved_classic = [g for g in moved if g in classic]
+    # The new coordinator has the groups Stable, as they were, once it has loaded them.
+    stable = wait_for(
+        "the moved groups Stable on their new node",
+        lambda: (
+            moved_partition in cluster.admin(target).partitions()["serving"]
+            and stable_on_owner(cluster, moved_classic)
+        ),
+        5,
+    )
+    # Each moved group's members commit again, all groups at once: acknowledged once
+    # each member has found the new coordinator. A consumer-protocol member learns of
+    # the move at its next heartbeat (group.consumer.heartbeat.interval.ms, 5 s) or
+    # commit, and librdkafka retries a request to a coordinator whose connection is
+    # not up yet after a backoff of about a second.
+    with ThreadPoolExecutor(len(moved)) as pool:
+        timed = pool.map(lambda g: commit_timed(running, g, started), moved)
+        done = dict(zip(moved, timed, strict=True))
+    for group, (offsets, at) in done.items():
+        acknowledged[group].update(offsets)
+        print(f"{group} ({running.kind[group]}): committed on node {target} at {at:.2f} s")
+    found = max(at for _, at in done.values())
+    assert found < 15, done
+    for group in moved:
+        groups.settle(running.members[group], timeout_s=1)  # nobody rebalanced
+    after = classic_generations(cluster, classic)
+    for group in moved_classic:
+        assert after[group] == before[group], (group, before[group], after[group])
+    for group in others:
+        assert after[group] == before[group], group
+    read_back(cluster, acknowledged)
+    print(
+        f"partition {moved_partition} ({len(moved)} groups) moved to node {target}: "
+        f"Stable there in {stable:.2f} s, every member there in {found:.2f} s"
+    )
+
+
+def zookeeper_lost(
+    cluster: Cluster, running: Groups, acknowledged: dict[str, dict[int, int]]
+) -> None:
+    """ZooKeeper stopped for 10 s: the nodes serve while their sessions may live, then
+    nothing, and take their partitions again once it is back."""
+    stopped_at = time.time()
+    stopped = time.monotonic()
+    cluster.zk.stop()
+    gone = wait_for(
+        "every node to stop serving",
+        lambda: all(not v["serving"] for v in cluster.views().values()),
+        ZK_SESSION_MS / 1000 + 5,
+    )
+    # By each node's log: it served on for a third of the session timeout after it lost
+    # ZooKeeper (which cannot expire the session sooner than the whole), then resigned all.
+    served_on = []
+    for node in cluster.nodes:
         assert node is not None
-        node.kill()
-        killed_at = time.time()
-        print(f"node {victim} killed at {datetime.fromtimestamp(killed_at)}")
-        cluster.nodes[victim] = None
-        killed = time.monotonic()
-        limit = ZK_SESSION_MS / 1000 + 5
-        # settled(): the map is over the live nodes alone, and each serves its share.
-        moved = wait_for(
-            "the killed node's partitions served by the others", cluster.settled, limit
+        log = node.log()
+        lost = [t for t in stamps(log, "ZooKeeper connection lost: serving") if t >= stopped_at]
+        ended = [t for t in stamps(log, "ZooKeeper unreachable for a third") if t >= stopped_at]
+        assert lost and ended, log[-3000:]
+        served_on.append(ended[0] - lost[0])
+    third = ZK_SESSION_MS / 3000
+    assert all(third - 0.05 <= s < ZK_SESSION_MS / 1000 for s in served_on), served_on
+    time.sleep(max(0.0, 10 - (time.monotonic() - stopped)))
+    cluster.zk.start()
+    back = wait_for("the nodes serving again", cluster.settled, 30)
+    for group_members in running.members.values():
+        groups.settle(group_members, timeout_s=60)
+    acknowledged.update(commit_all(running, base=3000))
+    read_back(cluster, acknowledged)
+    print(
+        f"ZooKeeper stopped for 10 s: nodes served on for "
+        f"{', '.join(f'{s:.2f}' for s in served_on)} s after losing it, and every node had "
+        f"stopped {gone:.2f} s after the stop; serving again {back:.2f} s after it was back"
+    )
+
+
+def node_killed(
+    cluster: Cluster, running: Groups, acknowledged: dict[str, dict[int, int]]
+) -> tuple[str, float]:
+    """A node SIGKILLed: its groups Stable on the others within the session timeout plus
+    5 s; restarted, it takes back only what the map gives it. The killed node's log, and
+    when it was killed."""
+    owners = {g: cluster.owner(g) for g in running.members}
+    # Not node 0, which every client was given to bootstrap from.
+    victim = max((1, 2), key=lambda n: sum(o == n for o in owners.values()))
+    victims = [g for g, o in owners.items() if o == victim]
+    before = classic_generations(cluster, running.classic())
+    node = cluster.nodes[victim]
+    assert node is not None
+    node.kill()
+    killed_at = time.time()
+    print(f"node {victim} killed at {datetime.fromtimestamp(killed_at)}")
+    cluster.nodes[victim] = None
+    killed = time.monotonic()
+    limit = ZK_SESSION_MS / 1000 + 5
+    # settled(): the map is over the live nodes alone, and each serves its share.
+    moved = wait_for("the killed node's partitions served by the others", cluster.settled, limit)
+    victims_classic = [g for g in victims if running.kind[g] != "consumer"]
+    stable = (
+        wait_for(
+            "its groups Stable on the others",
+            lambda: stable_on_owner(cluster, victims_classic),
+            limit,
         )
-        victims_classic = [g for g in victims if running.kind[g] != "consumer"]
-        stable = (
-            wait_for(
-                "its groups Stable on the others",
-                lambda: stable_on_owner(cluster, victims_classic),
-                limit,
+        + moved
+    )
+    with ThreadPoolExecutor(len(victims)) as pool:
+        done = dict(
+            zip(
+                victims,
+                pool.map(lambda g: commit_timed(running, g, killed), victims),
+                strict=True,
             )
-            + moved
         )
-        with ThreadPoolExecutor(len(victims)) as pool:
-            done = dict(
-                zip(
-                    victims,
-                    pool.map(lambda g: commit_timed(running, g, killed), victims),
-                    strict=True,
-                )
-            )
-        for group, (offsets, _) in done.items():
-            acknowledged[group].update(offsets)
-        after = classic_generations(cluster, running.classic())
-        kept = [g for g in victims_classic if after[g] == before[g]]
-        read_back(cluster, acknowledged)
-        print(
-            f"node {victim} killed with {len(victims)} groups: its partitions served elsewhere "
-            f"in {moved:.2f} s, its groups Stable in {stable:.2f} s, every member there in "
-            f"{max(at for _, at in done.values()):.2f} s; {len(kept)} of "
-            f"{len(victims_classic)} classic groups kept their generation"
-        )
-        killed_log = node.log()
-        # The same from the survivors' logs, without this test's polling in it.
-        logs = "".join(n.log() for n in cluster.nodes if n is not None)
-        spread = [
-            at(m[1]) - killed_at
-            for m in re.finditer(STAMP + r"ownership map: .* over nodes \[([\d, ]*)\]", logs, re.M)
-            if at(m[1]) > killed_at
-        ]
-        loads = [at(m[1]) - killed_at for m in LOADED_LINE.finditer(logs) if at(m[1]) > killed_at]
-        print(
-            f"by the logs: the map without node {victim} {min(spread):.2f} s after the kill, "
-            f"its partitions loaded elsewhere {max(loads):.2f} s after"
-        )
+    for group, (offsets, _) in done.items():
+        acknowledged[group].update(offsets)
+    after = classic_generations(cluster, running.classic())
+    kept = [g for g in victims_classic if after[g] == before[g]]
+    read_back(cluster, acknowledged)
+    print(
+        f"node {victim} killed with {len(victims)} groups: its partitions served elsewhere "
+        f"in {moved:.2f} s, its groups Stable in {stable:.2f} s, every member there in "
+        f"{max(at for _, at in done.values()):.2f} s; {len(kept)} of "
+        f"{len(victims_classic)} classic groups kept their generation"
+    )
+    killed_log = node.log()
+    # The same from the survivors' logs, without this test's polling in it.
+    logs = "".join(n.log() for n in cluster.nodes if n is not None)
+    spread = [
+        at(m[1]) - killed_at
+        for m in re.finditer(STAMP + r"ownership map: .* over nodes \[([\d, ]*)\]", logs, re.M)
+        if at(m[1]) > killed_at
+    ]
+    loads = [at(m[1]) - killed_at for m in LOADED_LINE.finditer(logs) if at(m[1]) > killed_at]
+    print(
+        f"by the logs: the map without node {victim} {min(spread):.2f} s after the kill, "
+        f"its partitions loaded elsewhere {max(loads):.2f} s after"
+    )
 
-        restarted = cluster.start(victim)
-        wait_for("the map over three nodes again", cluster.settled, 30)
-        view = cluster.admin(victim).partitions()
-        mine = sorted(int(p) for p, n in view["owners"].items() if n == victim)
-        assert view["serving"] == mine and mine
-        read_back(cluster, acknowledged)
-        logs = [n.log() for n in cluster.nodes if n is not None and n is not restarted]
-        check_never_served_twice([*logs, restarted.log()], {len(logs) + 1: (killed_log, killed_at)})
-
-
-def test_zookeeper_stopped_for_10_s(tmp_path: Path) -> None:
-    with zookeeper_cluster(tmp_path) as cluster, running_groups(cluster) as running:
-        acknowledged = commit_all(running)
-        shares = {i: v["serving"] for i, v in cluster.views().items()}
-        cluster.zk.stop()
-        stopped = time.monotonic()
-        time.sleep(0.5)  # sessions live: each node serves what it owns
-        assert {i: v["serving"] for i, v in cluster.views().items()} == shares
-        gone = wait_for(
-            "every node to stop serving",
-            lambda: all(not v["serving"] for v in cluster.views().values()),
-            ZK_SESSION_MS / 1000 + 5,
-        )
-        time.sleep(max(0.0, 10 - (time.monotonic() - stopped)))
-        cluster.zk.start()
-        back = wait_for("the nodes serving again", cluster.settled, 30)
-        for group_members in running.members.values():
-            groups.settle(group_members, timeout_s=60)
-        acknowledged.update(commit_all(running, base=3000))
-        read_back(cluster, acknowledged)
-        check_never_served_twice([n.log() for n in cluster.nodes if n is not None])
-        print(
-            f"ZooKeeper stopped for 10 s: nodes stopped serving {gone + 0.5:.2f} s after; "
-            f"serving again {back:.2f} s after it was back"
-        )
+    cluster.start(victim)
+    wait_for("the map over three nodes again", cluster.settled, 30)
+    view = cluster.admin(victim).partitions()
+    mine = sorted(int(p) for p, n in view["owners"].items() if n == victim)
+    assert view["serving"] == mine and mine
+    read_back(cluster, acknowledged)
+    return killed_log, killed_at
 
 
 def test_fastcoord_cluster_keeps_its_nodes_in_zookeeper(tmp_path: Path) -> None:
@@ -477,3 +512,16 @@ def test_fastcoord_cluster_keeps_its_nodes_in_zookeeper(tmp_path: Path) -> None:
             assert owners == {str(n["node_id"]): f"{n['host']}:{n['port']}" for n in nodes}
         finally:
             cluster.stop()
+
+
+def test_a_node_that_cannot_reach_zookeeper_refuses_to_start(tmp_path: Path) -> None:
+    """Exit 2 and one line, within the session timeout, and nothing left behind."""
+    (port,) = free_ports(1)
+    refused = refused_start(
+        tmp_path, "--zookeeper", f"127.0.0.1:{port}", "--zookeeper-session-timeout-ms", "2000"
+    )
+    said = refused.stdout + refused.stderr
+    assert refused.returncode == 2, said
+    assert f"cannot start: cannot reach ZooKeeper at 127.0.0.1:{port}; start it" in said
+    assert "Traceback" not in said
+    assert not (tmp_path / "data").exists()
