@@ -78,10 +78,7 @@ test-debug: $(STAMP)  ## the fuzz, differential and interop tests on the debug b
 	find $(DEBUG_TREE) \( -name '*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
 	cd $(DEBUG_TREE) && FASTCOORD_DEBUG_BUILD=1 $(CURDIR)/$(BIN)/python setup.py --quiet build_ext --inplace
 	cd $(DEBUG_TREE) && $(CURDIR)/$(BIN)/python -c 'import fastcoord._ext.reactor as m, sys; sys.exit(0 if m.__file__.startswith("$(CURDIR)/$(DEBUG_TREE)/") else "not the debug tree: " + m.__file__)'
-	# tracemalloc (in the tests' own process, not the servers they start): a socket left to
-	# the garbage collector fails whichever test is running when it is collected, so its
-	# warning must say where it was made.
-	cd $(DEBUG_TREE) && $(CURDIR)/$(BIN)/python -X tracemalloc=16 -m pytest -q --durations=10 -p no:cacheprovider -m "not slow and not cluster and not java and not kafkajs and not spark and not security" $(DEBUG_TESTS)
+	cd $(DEBUG_TREE) && $(CURDIR)/$(BIN)/python -m pytest -q --durations=10 -p no:cacheprovider -m "not slow and not cluster and not java and not kafkajs and not spark and not security" $(DEBUG_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check fastcoord tests benches setup.py

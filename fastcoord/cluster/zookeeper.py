@@ -317,8 +317,11 @@ class Membership:
                 return
             try:
                 work()
-            except KazooException as exc:
-                if not self._stopped:
+            except Exception as exc:
+                if not isinstance(exc, KazooException):
+                    # A map that cannot be read, say: loud, and kazoo's thread goes on.
+                    log.exception("ZooKeeper: %s failed", getattr(work, "__name__", work))
+                elif not self._stopped:
                     log.info(
                         "ZooKeeper: %s cut short (%r); done again once reconnected",
                         getattr(work, "__name__", work),

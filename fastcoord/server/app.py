@@ -761,49 +761,59 @@ async def serve(config: ServerConfig, task_status: Any = trio.TASK_STATUS_IGNORE
     What can refuse the start is checked before anything is created (startup.py); a start
     that fails after the data directory was created removes it again if it is empty."""
     # Signals first: once the port is announced, a SIGTERM must stop us cleanly.
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        if _stop_asked:  # before the receiver opened (run())
-            log.info("received %s before starting: stopping", signal.Signals(_stop_asked[0]).name)
-            return
-        files = startup.file_limit(config)
-        data_dir = Path(config.data_dir)
-        if not config.in_memory:
-            startup.check_data_dir(data_dir)
-        if config.cluster:
-            # Before listening: a peer that checks us meanwhile finds nobody, not a
-            # listener that does not answer.
-            cluster = config.cluster_for(config.port)
-            mismatch = await trio.to_thread.run_sync(peers.check, cluster)
-            if mismatch is not None:
-                raise startup.StartupError(f"{mismatch}; give every node the same list")
-        configured = config.listener_list()
-        opened: list[tuple[Listener, list[trio.SocketListener]]] = []
-        for listener in configured:
-            flags = ("--host", "--port") if not config.listeners else ("--listener",) * 2
-            sockets = await startup.open_listeners(listener.host, listener.port, *flags)
-            opened.append((listener.with_port(sockets[0].socket.getsockname()[1]), sockets))
-        listeners = [sock for _, socks in opened for sock in socks]
-        admin_listeners = []
-        if config.admin_port != "off":
-            admin_listeners = await startup.open_listeners(
-                config.admin_host, config.admin_port, "--admin-host", "--admin-port"
-            )
-        store = _store(config)
-        created: list[Path] = []
-        started = False
-        try:
+    try:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            if _stop_asked:  # before the receiver opened (run())
+                log.info(
+                    "received %s before starting: stopping", signal.Signals(_stop_asked[0]).name
+                )
+                return
+            files = startup.file_limit(config)
+            data_dir = Path(config.data_dir)
             if not config.in_memory:
-                created = startup.create_data_dir(data_dir)
-            store.open()  # DataDirLocked: another server has this data directory
-            started = await _serve(
-                config, store, opened, admin_listeners, files, signals, task_status
-            )
-        finally:
-            for sock in listeners + admin_listeners:
-                await sock.aclose()
-            await trio.to_thread.run_sync(store.close)
-            if not started:
-                startup.remove_if_empty(created)
+                startup.check_data_dir(data_dir)
+            if config.cluster:
+                # Before listening: a peer that checks us meanwhile finds nobody, not a
+                # listener that does not answer.
+                cluster = config.cluster_for(config.port)
+                mismatch = await trio.to_thread.run_sync(peers.check, cluster)
+                if mismatch is not None:
+                    raise startup.StartupError(f"{mismatch}; give every node the same list")
+            configured = config.listener_list()
+            opened: list[tuple[Listener, list[trio.SocketListener]]] = []
+            for listener in configured:
+                flags = ("--host", "--port") if not config.listeners else ("--listener",) * 2
+                sockets = await startup.open_listeners(listener.host, listener.port, *flags)
+                opened.append((listener.with_port(sockets[0].socket.getsockname()[1]), sockets))
+            listeners = [sock for _, socks in opened for sock in socks]
+            admin_listeners = []
+            if config.admin_port != "off":
+                admin_listeners = await startup.open_listeners(
+                    config.admin_host, config.admin_port, "--admin-host", "--admin-port"
+                )
+            store = _store(config)
+            created: list[Path] = []
+            started = False
+            try:
+                if not config.in_memory:
+                    created = startup.create_data_dir(data_dir)
+                store.open()  # DataDirLocked: another server has this data directory
+                started = await _serve(
+                    config, store, opened, admin_listeners, files, signals, task_status
+                )
+            finally:
+                for sock in listeners + admin_listeners:
+                    await sock.aclose()
+                await trio.to_thread.run_sync(store.close)
+                if not started:
+                    startup.remove_if_empty(created)
+
+    finally:
+        # Past the receiver (which gives back run()'s handler), the loop's wake-up socket is
+        # about to close: a SIGINT or SIGTERM handled then is written to a closed socket,
+        # and logged as an error. Ignored, it is not; the server is stopping anyway.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _store(config: ServerConfig) -> Store:

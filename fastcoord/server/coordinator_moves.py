@@ -34,7 +34,7 @@ from kazoo.client import KazooState
 
 from fastcoord.cluster.routing import MappedCluster, Node, zookeeper_cluster_id
 from fastcoord.cluster.serving import Changes, Serving
-from fastcoord.cluster.zookeeper import Membership, MoveRefused, OwnershipMap, split_hosts
+from fastcoord.cluster.zookeeper import Membership, OwnershipMap, split_hosts
 from fastcoord.core.result import Event, Result
 from fastcoord.faults import Fault
 from fastcoord.storage.lock import PartitionLocked
@@ -359,4 +359,4 @@ class CoordinatorMoves:
         }
 
 
-__all__ = ["CoordinatorMoves", "MoveRefused"]
+__all__ = ["CoordinatorMoves"]
