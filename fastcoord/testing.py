@@ -266,6 +266,19 @@ def unexpected_lines(log: str, expected: Sequence[str] = ()) -> list[str]:
     return found
 
 
+def wait_for(
+    what: str, check: Callable[[], object], timeout_s: float = 20, every_s: float = 0.05
+) -> float:
+    """Seconds it took `check` to hold (polled every `every_s`); AssertionError naming
+    `what` past `timeout_s`."""
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(f"{what}: not within {timeout_s} s")
+        time.sleep(every_s)
+    return time.monotonic() - started
+
+
 def running() -> list[ServerProcess]:
     """The servers started here and not stopped yet."""
     return list(_running.values())

@@ -28,8 +28,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fastcoord.protocol.errors import ErrorCode
-
 
 @dataclass
 class Changes:
@@ -105,17 +103,6 @@ class Serving:
         return True
 
     # -- requests ----------------------------------------------------------------------
-
-    def check(self, partition: int, now_ms: int) -> ErrorCode:
-        """The answer to a group request of `partition`: NONE when this node serves it."""
-        if not self._connected or partition not in self._owned:
-            return ErrorCode.NOT_COORDINATOR
-        until = self.serving_until_ms()
-        if until is not None and now_ms >= until:
-            return ErrorCode.NOT_COORDINATOR
-        if not self._owned[partition]:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        return ErrorCode.NONE
 
     def owned(self) -> dict[int, bool]:
         """Partitions the map gives this node, and whether each is loaded."""

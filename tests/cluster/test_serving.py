@@ -8,24 +8,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastcoord.cluster.serving import Changes, Serving
-from fastcoord.protocol.errors import ErrorCode
 
-NONE = ErrorCode.NONE
-NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
-LOADING = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 TIMEOUT_MS = 6_000
 
 
 def test_a_partition_is_loaded_then_served_and_dropped_at_once() -> None:
     node = Serving(1, TIMEOUT_MS)
-    assert node.check(0, 0) == NOT_COORDINATOR  # no session yet
     node.connected()
     assert node.map_read({0: 1, 1: 2, 2: 1}) == Changes(load=[0, 2])
-    assert node.check(0, 0) == LOADING and node.check(1, 0) == NOT_COORDINATOR
+    assert node.owned() == {0: False, 2: False}  # loading: not served yet
     assert node.loaded(0)
-    assert node.check(0, 0) == NONE and node.check(2, 0) == LOADING
+    assert node.owned() == {0: True, 2: False}
+    assert node.map_read({0: 1, 1: 2, 2: 1}) == Changes()  # the same map: nothing to do
     assert node.map_read({0: 2, 1: 2, 2: 1}) == Changes(drop=[0])
-    assert node.check(0, 0) == NOT_COORDINATOR
     assert not node.loaded(0)  # a load that ends after the partition moved away
     assert node.owned() == {2: False}
 
@@ -38,10 +33,8 @@ def test_a_suspended_session_serves_a_third_of_its_timeout_then_nothing() -> Non
     node.suspended(10_000)
     node.suspended(11_000)  # the first loss counts
     assert node.serving_until_ms() == 12_000
-    assert node.check(0, 11_999) == NONE
-    assert node.check(0, 12_000) == NOT_COORDINATOR
     node.connected()  # the session resumed: what it owned and loaded is served again
-    assert node.check(0, 50_000) == NONE and node.serving_until_ms() is None
+    assert node.owned() == {0: True} and node.serving_until_ms() is None
 
 
 def test_a_lost_session_drops_everything_until_the_map_says_again() -> None:
@@ -50,10 +43,10 @@ def test_a_lost_session_drops_everything_until_the_map_says_again() -> None:
     node.map_read({0: 1, 3: 1})
     node.loaded(0)
     assert node.lost() == Changes(drop=[0, 3])
+    assert node.owned() == {}
     node.connected()
-    assert node.check(0, 0) == NOT_COORDINATOR
     assert node.map_read({0: 1}) == Changes(load=[0])
-    assert node.check(0, 0) == LOADING
+    assert node.owned() == {0: False}
 
 
 @given(
@@ -74,6 +67,5 @@ def test_the_node_stops_before_zookeeper_can_expire_its_session(
     noticed = last_heard_ms + int(into * timeout_ms * 2 / 3)
     node.suspended(noticed)
     expiry = last_heard_ms + timeout_ms
-    assert node.check(0, expiry) == NOT_COORDINATOR
     until = node.serving_until_ms()
     assert until is not None and until <= expiry

@@ -21,20 +21,13 @@ from fastcoord.cluster.zookeeper import (
     OwnershipMap,
     split_hosts,
 )
+from fastcoord.testing import wait_for
 from fastcoord.testing_zookeeper import ZooKeeper, zookeeper_server
 
 pytestmark = pytest.mark.cluster
 
 PARTITIONS = 50
 SESSION_MS = 2000  # 4 of the test server's 500 ms ticks
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
 
 
 class Member:
@@ -133,7 +126,7 @@ def test_hosts_and_chroot() -> None:
 def test_three_nodes_share_the_partitions_and_follow_one_map(zk: ZooKeeper) -> None:
     members = started(zk, 1, 2, 3)
     try:
-        wait_for(spread_over(members, {1, 2, 3}), "one map over three nodes")
+        wait_for("one map over three nodes", spread_over(members, {1, 2, 3}))
         assert sorted(counts(members[0].owners()).values()) == [16, 17, 17]
         assert sum(m.membership.keeper for m in members) == 1
         nodes = members[0].last()
@@ -146,13 +139,13 @@ def test_three_nodes_share_the_partitions_and_follow_one_map(zk: ZooKeeper) -> N
 def test_a_node_that_leaves_gives_up_only_its_own_partitions(zk: ZooKeeper) -> None:
     members = started(zk, 1, 2, 3)
     try:
-        wait_for(spread_over(members, {1, 2, 3}), "one map over three nodes")
+        wait_for("one map over three nodes", spread_over(members, {1, 2, 3}))
         before = dict(members[0].owners())
         leaving = next(m for m in members if not m.membership.keeper)
         leaving.membership.stop()
         rest = [m for m in members if m is not leaving]
         ids = {m.node.node_id for m in rest}
-        wait_for(spread_over(rest, ids), "the map over the two left")
+        wait_for("the map over the two left", spread_over(rest, ids))
         after = rest[0].owners()
         moved = {p for p in before if before[p] != after[p]}
         assert moved == {p for p, n in before.items() if n == leaving.node.node_id}
@@ -165,12 +158,12 @@ def test_a_node_that_leaves_gives_up_only_its_own_partitions(zk: ZooKeeper) -> N
 def test_the_keepers_end_elects_another_which_keeps_the_map(zk: ZooKeeper) -> None:
     members = started(zk, 1, 2, 3)
     try:
-        wait_for(spread_over(members, {1, 2, 3}), "one map over three nodes")
+        wait_for("one map over three nodes", spread_over(members, {1, 2, 3}))
         keeper = next(m for m in members if m.membership.keeper)
         keeper.membership.stop()
         rest = [m for m in members if m is not keeper]
-        wait_for(lambda: sum(m.membership.keeper for m in rest) == 1, "a new keeper")
-        wait_for(spread_over(rest, {m.node.node_id for m in rest}), "the map over the rest")
+        wait_for("a new keeper", lambda: sum(m.membership.keeper for m in rest) == 1)
+        wait_for("the map over the rest", spread_over(rest, {m.node.node_id for m in rest}))
     finally:
         for m in members:
             m.membership.stop()
@@ -182,10 +175,10 @@ def test_a_killed_nodes_partitions_move_within_its_session_timeout(zk: ZooKeeper
     members = started(zk, 1, 2)
     victim = node_process(zk, 3)
     try:
-        wait_for(spread_over(members, {1, 2, 3}), "one map over three nodes")
+        wait_for("one map over three nodes", spread_over(members, {1, 2, 3}))
         victim.kill()
         killed = time.monotonic()
-        wait_for(spread_over(members, {1, 2}), "the map over the two left")
+        wait_for("the map over the two left", spread_over(members, {1, 2}))
         elapsed = time.monotonic() - killed
         print(f"moved {elapsed:.2f} s after the kill")
         assert elapsed < SESSION_MS / 1000 + 5, elapsed
@@ -198,10 +191,10 @@ def test_a_killed_nodes_partitions_move_within_its_session_timeout(zk: ZooKeeper
 def test_a_new_node_takes_its_share_and_nothing_else_moves(zk: ZooKeeper) -> None:
     members = started(zk, 1, 2)
     try:
-        wait_for(spread_over(members, {1, 2}), "the map over two")
+        wait_for("the map over two", spread_over(members, {1, 2}))
         before = dict(members[0].owners())
         members += started(zk, 3)
-        wait_for(spread_over(members, {1, 2, 3}), "the map over three")
+        wait_for("the map over three", spread_over(members, {1, 2, 3}))
         after = members[0].owners()
         moved = {p for p in before if before[p] != after[p]}
         assert all(after[p] == 3 for p in moved) and len(moved) == counts(after)[3] == 16
@@ -213,12 +206,12 @@ def test_a_new_node_takes_its_share_and_nothing_else_moves(zk: ZooKeeper) -> Non
 def test_an_operators_move_changes_one_partition_and_is_checked(zk: ZooKeeper) -> None:
     members = started(zk, 1, 2, 3)
     try:
-        wait_for(spread_over(members, {1, 2, 3}), "one map over three nodes")
+        wait_for("one map over three nodes", spread_over(members, {1, 2, 3}))
         before = dict(members[0].owners())
         partition = next(p for p, n in before.items() if n != 2)
         written = members[0].membership.move(partition, 2)
         assert written.owners == {**before, partition: 2}
-        wait_for(lambda: all(m.owners() == written.owners for m in members), "the moved map")
+        wait_for("the moved map", lambda: all(m.owners() == written.owners for m in members))
         with pytest.raises(MoveRefused, match=r"node 9 is not live \(live: \[1, 2, 3\]\)"):
             members[1].membership.move(0, 9)
         with pytest.raises(MoveRefused, match="no offsets partition 50"):
@@ -236,7 +229,7 @@ def test_a_restarted_node_waits_for_its_old_session_to_end(zk: ZooKeeper) -> Non
     members = started(zk, 1)
     try:
         assert not members[0].membership.keeper or members[0].owners() == {}
-        wait_for(spread_over(members, {1}), "the map, once the old session expired", 30)
+        wait_for("the map, once the old session expired", spread_over(members, {1}), 30)
         client = members[0].membership.client
         _, stat = client.get("/fastcoord/nodes/1")
         assert stat.ephemeralOwner == client.client_id[0]

@@ -8,26 +8,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient, KazooState
 
 from fastcoord.cluster.zookeeper import reconnecting
+from fastcoord.testing import wait_for
 from fastcoord.testing_zookeeper import ZooKeeper, zookeeper_server
 
 pytestmark = pytest.mark.cluster
 
 SESSION_S = 2.0  # 4 of the test server's 500 ms ticks
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
 
 
 class Watched:
@@ -64,7 +56,7 @@ def test_an_ephemeral_node_lives_with_its_session(tmp_path: Path) -> None:
             )
             assert other.client.get("/fastcoord/nodes/1")[0] == b"127.0.0.1:9092"
             owner.close()
-            wait_for(lambda: other.client.exists("/fastcoord/nodes/1") is None, "the node's end")
+            wait_for("the node's end", lambda: other.client.exists("/fastcoord/nodes/1") is None)
         finally:
             other.close()
 
@@ -84,10 +76,10 @@ def test_sessions_outlive_zookeepers_own_outage(tmp_path: Path) -> None:
                 with watched.lock:
                     watched.states.clear()
                 zk.stop()
-                wait_for(lambda: watched.saw(KazooState.SUSPENDED), "SUSPENDED")
+                wait_for("SUSPENDED", lambda: watched.saw(KazooState.SUSPENDED))
                 time.sleep(outage_s)
                 zk.start()
-                wait_for(lambda: watched.client.state == KazooState.CONNECTED, "CONNECTED")
+                wait_for("CONNECTED", lambda: watched.client.state == KazooState.CONNECTED)
                 assert watched.client.client_id == session
                 assert not watched.saw(KazooState.LOST)
                 assert watched.client.exists("/held") is not None

@@ -33,6 +33,7 @@ from fastcoord.testing import (
     free_ports,
     start_cluster,
     start_node,
+    wait_for,
 )
 from tests.interop import groups
 from tests.interop.confluent_members import Poller, confluent
@@ -86,16 +87,6 @@ def fetch_offsets(address: tuple[str, int], group: str) -> dict[int, int]:
     with Connection(*address) as c:
         found = c.committed(group, TOPIC, range(PARTITIONS))
     return {partition: offset for partition, offset in found.items() if offset >= 0}
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float) -> float:
-    """Seconds it took `check` to hold; AssertionError past `timeout_s`."""
-    started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"{what}: not within {timeout_s} s")
-        time.sleep(0.1)
-    return time.monotonic() - started
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -41,6 +41,7 @@ from fastcoord.testing import (
     start_cluster,
     start_zookeeper_node,
     stop_each,
+    wait_for,
 )
 from fastcoord.testing_zookeeper import ZooKeeper, zookeeper_server
 from tests.interop import groups
@@ -57,16 +58,6 @@ CLASSIC_SESSION_MS = 10_000
 GROUPS_EACH = 10  # of kafka-python, confluent classic, confluent consumer protocol
 MEMBERS = 2
 NODE_ARGS = (*groups.SERVER_ARGS, "--zookeeper-session-timeout-ms", str(ZK_SESSION_MS))
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float) -> float:
-    """Seconds it took `check` to hold; AssertionError past `timeout_s`."""
-    started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"{what}: not within {timeout_s} s")
-        time.sleep(0.1)
-    return time.monotonic() - started
 
 
 def partition_of(group: str) -> int:
