@@ -73,17 +73,21 @@ from fastcoord.protocol.messages import (
     OffsetFetchResponsePartition,
     OffsetFetchResponseTopic,
     PartitionData,
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
     SaslHandshakeRequest,
     SaslHandshakeResponse,
     SyncGroupRequest,
     SyncGroupResponse,
+    TopicProduceResponse,
 )
 from fastcoord.protocol.schema import Request, Response
 from fastcoord.protocol.versions import SERVED
 
-__all__ = ["error_response"]
+__all__ = ["error_response", "produce_refused"]
 
 Answer = Response | OffsetCommitAnswer
 
@@ -381,8 +385,40 @@ def _fetch(request: FetchRequest, version: int, code: int) -> FetchResponse:
     )
 
 
+def _produce(
+    request: ProduceRequest, version: int, code: int, message: str | None = None
+) -> ProduceResponse:
+    """Every partition carries the error (and, v8+, `message`), as Kafka answers."""
+    return ProduceResponse(
+        responses=[
+            TopicProduceResponse(
+                t.name,
+                [
+                    PartitionProduceResponse(
+                        index=p.index,
+                        error_code=code,
+                        base_offset=NO_OFFSET,
+                        log_append_time_ms=NO_TIMESTAMP,
+                        log_start_offset=NO_OFFSET,
+                        error_message=message,
+                    )
+                    for p in t.partition_data
+                ],
+            )
+            for t in request.topic_data
+        ]
+    )
+
+
+def produce_refused(request: ProduceRequest, message: str) -> ProduceResponse:
+    """The answer to every Produce: INVALID_REQUEST on each partition, with `message` (which
+    v8+ carries; the encoder drops it from older versions)."""
+    return _produce(request, 0, ErrorCode.INVALID_REQUEST, message)
+
+
 # Each builder takes the request, the version it was decoded at, and the error code.
 _BUILDERS: dict[type[Any], Callable[[Any, int, int], Answer]] = {
+    ProduceRequest: _produce,
     FetchRequest: _fetch,
     ListOffsetsRequest: _list_offsets,
     MetadataRequest: _metadata,

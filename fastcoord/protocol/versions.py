@@ -1,7 +1,8 @@
 """The one table of served APIs and versions; the ApiVersions response is built from it.
 
-Ranges are those of docs/kafka-compatibility.md. Produce is not served: fastcoord is a
-group coordinator whose topics are always empty.
+Ranges are those of docs/protocol.md. Produce is advertised only so that librdkafka
+enables the message format its Fetch needs; every Produce is refused (server/broker.py):
+fastcoord is a group coordinator whose topics are always empty.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ from fastcoord.protocol.messages import (
     OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    ProduceRequest,
+    ProduceResponse,
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
     SaslHandshakeRequest,
@@ -75,6 +78,7 @@ class Api:
 SERVED: dict[int, Api] = {
     api.key: api
     for api in (
+        Api(ApiKey.PRODUCE, 3, 8, ProduceRequest, ProduceResponse),
         Api(ApiKey.FETCH, 4, 12, FetchRequest, FetchResponse),
         Api(ApiKey.LIST_OFFSETS, 1, 7, ListOffsetsRequest, ListOffsetsResponse),
         Api(ApiKey.METADATA, 0, 12, MetadataRequest, MetadataResponse),

@@ -58,6 +58,7 @@ from fastcoord.protocol.messages import (
     HeartbeatResponse,
     ListOffsetsRequest,
     MetadataRequest,
+    ProduceRequest,
     SaslAuthenticateRequest,
     SaslHandshakeRequest,
 )
@@ -303,6 +304,13 @@ class Server:
             slot.answer(self.broker.list_offsets(request, version))
         elif isinstance(request, FetchRequest):
             self._fetch(slot, request, version, t)
+        elif isinstance(request, ProduceRequest):
+            if request.acks == 0:
+                # Kafka answers no acks=0 Produce, and closes the connection when one fails:
+                # the client's only way to hear of it.
+                slot.conn.close("a Produce with acks=0: this server keeps no records")
+            else:
+                slot.answer(self.broker.produce(request))
         else:
             self._coordinate(slot, header, request, t)
         metrics = self.metrics

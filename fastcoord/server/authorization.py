@@ -175,7 +175,7 @@ class Authorization:
         until the ACLs are loaded. `header` is None for an OffsetCommit handed over with
         others (Server.commit_offsets)."""
         check = self._checks.get(type(request))
-        if check is None:  # ApiVersions, the SASL exchange: always allowed
+        if check is None:  # ApiVersions, the SASL exchange, Produce (refused to all): allowed
             return request
         conn = slot.conn
         principal = conn.principal

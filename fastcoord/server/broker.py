@@ -3,9 +3,10 @@
 Topics are always empty. Metadata lists every node of the cluster (a lone server is a
 cluster of one) and leaders spread over them as the cluster's rule says (cluster/routing.py),
 FindCoordinator names the owner of each group's partition whichever node is asked,
-ListOffsets answers 0 for both ends of every partition, and Fetch answers, after
-max_wait_ms, that there are no records. Sans-IO: these are functions of the configuration,
-the cluster and the topic registry.
+ListOffsets answers 0 for both ends of every partition, Fetch answers, after max_wait_ms,
+that there are no records, and Produce is refused (INVALID_REQUEST on every partition, the
+same whatever the topic, so it tells nothing an ACL would hide). Sans-IO: these are
+functions of the configuration, the cluster and the topic registry.
 
 The offsets topic, `__consumer_offsets`, is described when a Metadata request names it, as
 Kafka's internal topic: its partitions' leaders are their owners, so that a tool can read
@@ -35,7 +36,7 @@ import uuid
 from fastcoord.cluster.routing import OFFSETS_TOPIC, Cluster
 from fastcoord.config import ServerConfig
 from fastcoord.core.consumer.topics import topic_id_for
-from fastcoord.protocol.error_responses import error_response
+from fastcoord.protocol.error_responses import error_response, produce_refused
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.framing import encode_response
 from fastcoord.protocol.messages import (
@@ -55,11 +56,14 @@ from fastcoord.protocol.messages import (
     MetadataResponsePartition,
     MetadataResponseTopic,
     PartitionData,
+    ProduceRequest,
+    ProduceResponse,
 )
 from fastcoord.protocol.primitives import ZERO_UUID
 
 MAX_TOPICS = 100_000  # topics created on request; a client cannot grow this without bound
 KEY_TYPE_GROUP = 0
+PRODUCE_REFUSED = "fastcoord is a group coordinator and keeps no records"
 # A group whose partition no node owns yet (a ZooKeeper-kept cluster before its first map):
 # Kafka's answer while the offsets topic has no leader; clients ask again.
 UNKNOWN = ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -298,6 +302,9 @@ class Broker:
                 )
             )
         return ListOffsetsResponse(topics=topics)
+
+    def produce(self, req: ProduceRequest) -> ProduceResponse:
+        return produce_refused(req, PRODUCE_REFUSED)
 
     def fetch(self, req: FetchRequest, version: int) -> FetchResponse:
         responses = []

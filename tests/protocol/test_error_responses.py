@@ -78,6 +78,9 @@ from fastcoord.protocol.messages import (
     OffsetFetchRequestTopic,
     OffsetFetchRequestTopics,
     OffsetFetchResponse,
+    PartitionProduceData,
+    ProduceRequest,
+    ProduceResponse,
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
     SaslHandshakeRequest,
@@ -85,6 +88,7 @@ from fastcoord.protocol.messages import (
     SyncGroupRequest,
     SyncGroupRequestAssignment,
     SyncGroupResponse,
+    TopicProduceData,
 )
 from fastcoord.protocol.schema import Request, Response
 from fastcoord.protocol.versions import SERVED
@@ -96,6 +100,17 @@ TOPIC_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
 # One request per served API, with every field any served version has, and a couple of
 # entries wherever the request has a list.
 REQUESTS: dict[int, Request] = {
+    ApiKey.PRODUCE: ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=30_000,
+        topic_data=[
+            TopicProduceData(
+                "a", [PartitionProduceData(0, b"batch"), PartitionProduceData(3, None)]
+            ),
+            TopicProduceData("b", [PartitionProduceData(1, b"")]),
+        ],
+    ),
     ApiKey.FETCH: FetchRequest(
         max_wait_ms=500,
         min_bytes=1,
@@ -232,6 +247,16 @@ def on_the_wire(api_key: int, version: int, answer: Response | OffsetCommitAnswe
 
 
 # -- what Kafka puts where, per API; each check gets (request, response, version, code) -----
+
+
+def check_produce(req: ProduceRequest, resp: ProduceResponse, version: int, code: int) -> None:
+    assert [(t.name, [p.index for p in t.partition_responses]) for t in resp.responses] == [
+        (t.name, [p.index for p in t.partition_data]) for t in req.topic_data
+    ]
+    for t in resp.responses:
+        for p in t.partition_responses:
+            assert (p.error_code, p.base_offset, p.log_start_offset) == (code, -1, -1)
+            assert p.record_errors == []
 
 
 def check_fetch(req: FetchRequest, resp: FetchResponse, version: int, code: int) -> None:
@@ -436,6 +461,7 @@ def check_consumer_group_describe(
 
 
 CHECKS: dict[int, Callable[[Any, Any, int, int], None]] = {
+    ApiKey.PRODUCE: check_produce,
     ApiKey.FETCH: check_fetch,
     ApiKey.LIST_OFFSETS: check_list_offsets,
     ApiKey.METADATA: check_metadata,

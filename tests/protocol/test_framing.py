@@ -23,6 +23,7 @@ from fastcoord.protocol.primitives import Writer
 from fastcoord.protocol.versions import SERVED, api_versions_response
 
 KAFKA_RANGES = {
+    ApiKey.PRODUCE: (3, 8),
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
@@ -47,6 +48,7 @@ KAFKA_RANGES = {
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 KAFKA_FLEXIBLE = {
+    ApiKey.PRODUCE: 9,
     ApiKey.FETCH: 12,
     ApiKey.LIST_OFFSETS: 6,
     ApiKey.METADATA: 9,
@@ -77,7 +79,6 @@ def test_served_table_is_the_documented_one() -> None:
     for key, api in SERVED.items():
         assert api.request.API_KEY == api.response.API_KEY == key
         assert api.request.FLEXIBLE == api.response.FLEXIBLE == KAFKA_FLEXIBLE[key]
-    assert ApiKey.PRODUCE not in SERVED
 
 
 def test_api_versions_response_lists_the_table() -> None:
@@ -123,9 +124,10 @@ def test_unknown_api_key_is_unsupported_with_the_correlation_id() -> None:
     assert (info.value.api_key, info.value.api_version, info.value.correlation_id) == (99, 0, 7)
 
 
-def test_produce_is_not_served() -> None:
-    with pytest.raises(UnsupportedVersion, match="unknown API key 0"):
-        framing.decode_request(b"\x00\x00\x00\x03\x00\x00\x00\x07\xff\xff")
+def test_produce_before_v3_is_not_served() -> None:
+    # Versions 0-2 predate the v2 message format, which is all a client negotiates for.
+    with pytest.raises(UnsupportedVersion, match="is not served"):
+        framing.decode_request(b"\x00\x00\x00\x02\x00\x00\x00\x07\xff\xff")
 
 
 @pytest.mark.parametrize(("api_key", "version"), [(18, 5), (18, -1), (11, 10), (1, 3), (47, 1)])

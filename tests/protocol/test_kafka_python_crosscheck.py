@@ -57,8 +57,10 @@ with warnings.catch_warnings():
     from kafka.protocol.metadata import api_versions as kp_api_versions
     from kafka.protocol.metadata import find_coordinator as kp_find_coordinator
     from kafka.protocol.metadata import metadata as kp_metadata
+    from kafka.protocol.producer import produce as kp_produce
 
 _KP_MODULES = (
+    kp_produce,
     kp_fetch,
     kp_offsets,
     kp_metadata,

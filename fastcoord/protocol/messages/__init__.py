@@ -135,6 +135,15 @@ from fastcoord.protocol.messages.offset_fetch import (
     OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 )
+from fastcoord.protocol.messages.produce import (
+    BatchIndexAndErrorMessage,
+    PartitionProduceData,
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceData,
+    TopicProduceResponse,
+)
 from fastcoord.protocol.messages.sasl_authenticate import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -154,6 +163,7 @@ __all__ = [
     "ApiVersion",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
+    "BatchIndexAndErrorMessage",
     "ConsumerGroupDescribeAssignment",
     "ConsumerGroupDescribeMember",
     "ConsumerGroupDescribeRequest",
@@ -242,6 +252,10 @@ __all__ = [
     "OffsetFetchResponseTopic",
     "OffsetFetchResponseTopics",
     "PartitionData",
+    "PartitionProduceData",
+    "PartitionProduceResponse",
+    "ProduceRequest",
+    "ProduceResponse",
     "SaslAuthenticateRequest",
     "SaslAuthenticateResponse",
     "SaslHandshakeRequest",
@@ -251,4 +265,6 @@ __all__ = [
     "SyncGroupRequest",
     "SyncGroupRequestAssignment",
     "SyncGroupResponse",
+    "TopicProduceData",
+    "TopicProduceResponse",
 ]
