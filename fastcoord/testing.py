@@ -288,10 +288,17 @@ def child_env(root_dir: Path | None = None) -> dict[str, str]:
     """The environment of a child that must run the caller's fastcoord (or the one in
     `root_dir`, a tree with fastcoord/ in it): that directory first on PYTHONPATH (the
     child's working directory is not the caller's, and an installed fastcoord may be
-    another), and unbuffered output, so that its lines reach the log as it prints them."""
+    another), and unbuffered output, so that its lines reach the log as it prints them.
+    Python's fault handler is on: a child that hangs is sent SIGABRT (_wait_for), and its
+    log then says where each of its threads was."""
     root = str(root_dir or Path(fastcoord.__file__).absolute().parent.parent)
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, *rest]), "PYTHONUNBUFFERED": "1"}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([root, *rest]),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONFAULTHANDLER": "1",
+    }
 
 
 def start(
@@ -378,6 +385,10 @@ def _wait_for(server: ServerProcess, pattern: str, deadline: float) -> re.Match[
                 f"{server.name} exited early ({server.process.returncode}):\n{server.log()}"
             )
         if time.monotonic() > deadline:
+            # Its fault handler writes each thread's stack to the log: where it hangs.
+            server.process.send_signal(signal.SIGABRT)
+            with suppress(subprocess.TimeoutExpired):
+                server.process.wait(timeout=5)
             raise TimeoutError(f"{server.name} did not log {pattern!r}:\n{server.log()}")
         time.sleep(0.02)
 

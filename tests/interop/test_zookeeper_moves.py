@@ -28,7 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from kafka import OffsetAndMetadata
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.errors import CommitFailedError
 
 from fastcoord.client.admin import AdminClient
 from fastcoord.client.blocking import Connection
@@ -181,35 +184,61 @@ def running_groups(cluster: Cluster) -> Iterator[Groups]:
 
 
 def commit_all(
-    running: Groups, only: list[str] | None = None, base: int = 1000
+    running: Groups, only: list[str] | None = None, base: int = 1000, rejoining_s: float = 0
 ) -> dict[str, dict[int, int]]:
     """Each member (of the groups `only`, or all) commits offset `base + p` for each
-    partition p it owns, synchronously; what was acknowledged."""
+    partition p it owns, synchronously; what was acknowledged. A commit refused because its
+    member is rejoining (an unknown member or generation, a rebalance in progress) is made
+    again for what the member owns once the group has settled, for up to `rejoining_s`, as
+    an application commits again after a rebalance."""
     acknowledged: dict[str, dict[int, int]] = {}
     for group, members in running.members.items():
         if only is not None and group not in only:
             continue
         for member in members:
-            owned = sorted(member.owned)
-            offsets = {p: base + p for p in owned}
-            if running.kind[group] == "kafka-python":
-                from kafka import OffsetAndMetadata
-                from kafka import TopicPartition as KafkaTopicPartition
-
-                member.call(
-                    lambda c, o=offsets: c.commit(
-                        {
-                            KafkaTopicPartition(TOPIC, p): OffsetAndMetadata(v, "", -1)
-                            for p, v in o.items()
-                        }
-                    )
+            deadline = time.monotonic() + rejoining_s
+            while True:
+                offsets = {p: base + p for p in sorted(member.owned)}
+                try:
+                    commit(member, running.kind[group], offsets)
+                    break
+                except (CommitFailedError, KafkaException) as exc:
+                    if not rejoining(exc) or time.monotonic() > deadline:
+                        raise
+                time.sleep(0.1)
+                groups.settle(
+                    running.members[group], timeout_s=max(1.0, deadline - time.monotonic())
                 )
-            else:
-                tps = [TopicPartition(TOPIC, p, v) for p, v in offsets.items()]
-                for tp in member.consumer.commit(offsets=tps, asynchronous=False):
-                    assert tp.error is None, tp.error
             acknowledged.setdefault(group, {}).update(offsets)
     return acknowledged
+
+
+def commit(member: Any, kind: str, offsets: dict[int, int]) -> None:
+    if kind == "kafka-python":
+        member.call(
+            lambda c: c.commit(
+                {
+                    KafkaTopicPartition(TOPIC, p): OffsetAndMetadata(v, "", -1)
+                    for p, v in offsets.items()
+                }
+            )
+        )
+    else:
+        tps = [TopicPartition(TOPIC, p, v) for p, v in offsets.items()]
+        for tp in member.consumer.commit(offsets=tps, asynchronous=False):
+            assert tp.error is None, tp.error
+
+
+def rejoining(exc: Exception) -> bool:
+    """A commit refused because the member is not (yet) in the group's generation."""
+    if isinstance(exc, CommitFailedError):  # kafka-python: unknown member, generation, rebalance
+        return True
+    code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
+    return code in (
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.REBALANCE_IN_PROGRESS,
+    )
 
 
 def commit_timed(running: Groups, group: str, since: float) -> tuple[dict[int, int], float]:
@@ -404,7 +433,9 @@ def zookeeper_lost(
     back = wait_for("the nodes serving again", cluster.settled, 30)
     for group_members in running.members.values():
         groups.settle(group_members, timeout_s=60)
-    acknowledged.update(commit_all(running, base=3000))
+    # librdkafka's classic members count their session on their own clock: cut off from
+    # their coordinator for longer than it, they rejoin as new members once it is back.
+    acknowledged.update(commit_all(running, base=3000, rejoining_s=30))
     read_back(cluster, acknowledged)
     print(
         f"ZooKeeper stopped for 10 s: nodes served on for "
