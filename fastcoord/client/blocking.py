@@ -52,15 +52,42 @@ class PeerError(RuntimeError):
     """The peer answered something the caller cannot go on with."""
 
 
+def _connect(
+    address: tuple[str, int], timeout: float | None, receive_buffer_bytes: int | None
+) -> socket.socket:
+    if receive_buffer_bytes is None:
+        return socket.create_connection(address, timeout=timeout)
+    failed: OSError | None = None
+    for family, kind, proto, _, sockaddr in socket.getaddrinfo(*address, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
+            sock.settimeout(timeout)
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            failed = exc
+    raise failed or OSError(f"{address[0]} has no address")
+
+
 class Connection:
     """One TCP connection speaking Kafka request and response frames, blocking."""
 
     def __init__(
-        self, host: str, port: int, timeout: float | None = TIMEOUT_S, client_id: str = CLIENT_ID
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = TIMEOUT_S,
+        client_id: str = CLIENT_ID,
+        receive_buffer_bytes: int | None = None,
     ) -> None:
+        """`receive_buffer_bytes` is Kafka clients' receive.buffer.bytes: SO_RCVBUF, set
+        before connecting, as the window TCP offers is fixed then (set later, the socket
+        drops what the larger window let in, ACKs with it)."""
         self.address = (host, port)
         self.client_id = client_id
-        self.sock = socket.create_connection(self.address, timeout=timeout)
+        self.sock = _connect(self.address, timeout, receive_buffer_bytes)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         _open.add(self)
         self.correlation = 0  # the last correlation id sent; callers framing by hand add to it

@@ -153,8 +153,8 @@ def test_a_frame_cut_across_reads_is_answered(server: ServerProcess) -> None:
 def test_a_client_that_stops_reading_is_not_read_past_its_bound(tmp_path: Path) -> None:
     """Heartbeats a few at a time, none of their answers read: the reactor answers them until
     the socket takes no more, then the connection holds what it owes, stops reading at
-    connection.queued.max.response.bytes, and the client later gets every answer, whole and
-    in order."""
+    connection.queued.max.response.bytes and says the client is not reading, and the client
+    later gets every answer, whole and in order."""
     with fastcoord_server(
         tmp_path,
         "--group-initial-rebalance-delay-ms",
@@ -169,7 +169,14 @@ def stop_reading(server: ServerProcess) -> None:
     other = Member(server, "other")
     m = Member(server, "g")
     try:
-        m.conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        # The member's heartbeats go on a connection with a small receive buffer, set before
+        # it connects, so that TCP's window is that small: set on a connected socket, the
+        # buffer drops what the window let in, the server's ACKs with it, and the client's
+        # retransmissions back off until it seems stuck while the server owes nothing.
+        correlation = m.conn.correlation
+        m.conn.close()
+        m.conn = Connection(server.host, server.port, receive_buffer_bytes=4096)
+        m.conn.correlation = correlation
         m.conn.sock.setblocking(False)
         first = m.conn.correlation + 1
         sent = 0
@@ -194,6 +201,11 @@ def stop_reading(server: ServerProcess) -> None:
                     break  # the server has stopped reading us
         assert stuck_since is not None, "the server kept reading a client that reads nothing"
         assert other.heartbeat() == ErrorCode.NONE  # others are served meanwhile
+        said = f"client at 127.0.0.1:{m.conn.sock.getsockname()[1]} has not read"
+        deadline = time.monotonic() + 10
+        while said not in server.log():  # while the client still reads nothing
+            assert time.monotonic() < deadline, server.log()[-3000:]
+            time.sleep(0.05)
         m.conn.sock.setblocking(True)
         m.conn.sock.settimeout(15)
         # The rest of the last batch goes once the server reads again, which it does once
@@ -205,11 +217,6 @@ def stop_reading(server: ServerProcess) -> None:
             assert m.answer() == (first + i, ErrorCode.NONE)
         rest.join()
         assert m.heartbeat() == ErrorCode.NONE
-        said = f"client at 127.0.0.1:{m.conn.sock.getsockname()[1]} has not read"
-        deadline = time.monotonic() + 10
-        while said not in server.log():  # the server's word may come a moment after
-            assert time.monotonic() < deadline, server.log()
-            time.sleep(0.05)
     finally:
         m.close()
         other.close()

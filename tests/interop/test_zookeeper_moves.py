@@ -200,11 +200,13 @@ def commit_all(
             while True:
                 offsets = {p: base + p for p in sorted(member.owned)}
                 try:
-                    commit(member, running.kind[group], offsets)
-                    break
+                    if offsets or not rejoining_s:  # none: its partitions were just revoked
+                        commit(member, running.kind[group], offsets)
+                        break
                 except (CommitFailedError, KafkaException) as exc:
                     if not rejoining(exc) or time.monotonic() > deadline:
                         raise
+                assert time.monotonic() < deadline, f"{group}: no partitions after rejoining"
                 time.sleep(0.1)
                 groups.settle(
                     running.members[group], timeout_s=max(1.0, deadline - time.monotonic())
