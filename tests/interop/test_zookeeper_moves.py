@@ -437,7 +437,8 @@ def zookeeper_lost(
         groups.settle(group_members, timeout_s=60)
     # librdkafka's classic members count their session on their own clock: cut off from
     # their coordinator for longer than it, they rejoin as new members once it is back.
-    acknowledged.update(commit_all(running, base=3000, rejoining_s=30))
+    for group, offsets in commit_all(running, base=3000, rejoining_s=30).items():
+        acknowledged[group].update(offsets)  # partitions not committed again keep theirs
     read_back(cluster, acknowledged)
     print(
         f"ZooKeeper stopped for 10 s: nodes served on for "
