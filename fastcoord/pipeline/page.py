@@ -457,6 +457,18 @@ LATENCY_COLUMNS = [
     "max_ms",
 ]
 SIZE_COLUMNS = ["run", "size", "formation", "rebalances", "p50_ms", "p99_ms", "max_ms"]
+MOVE_COLUMNS = [
+    "run",
+    "group_id",
+    "from_node",
+    "to_node",
+    "unloaded_s",
+    "loaded_s",
+    "loaded_as",
+    "members",
+    "stable_after_unload_ms",
+    "stable_after_load_ms",
+]
 SLOWEST_COLUMNS = [
     "run",
     "group_id",
@@ -589,6 +601,17 @@ def render(report: Report, rows: dict[str, Rows], comparison: Rows, options: Opt
             source="tables/rebalances_server/",
         ),
     )
+    moved = rows.get("coordinator_moves") or []
+    if moved:
+        page.section(
+            "Coordinator moves",
+            html.table(moved, MOVE_COLUMNS)
+            + "<p>Each group whose offsets partition moved to another node: unloaded by the "
+            "node that let it go (none when that node died), loaded by the node that took it, "
+            "and Stable again there: at the load when it was loaded Stable, else at its next "
+            "SyncGroup's completion. Meanwhile its members are answered NOT_COORDINATOR, "
+            "then COORDINATOR_LOAD_IN_PROGRESS.</p>",
+        )
     page.section(
         "Latency by phase and API",
         html.table(sorted(rows["latency_phases"], key=_phase_key), LATENCY_COLUMNS),

@@ -241,31 +241,31 @@ def event_rows(seed: int, groups: range = range(8)) -> list[dict[str, object]]:
             at += rng.randrange(100, 5000)
             started = at
             rows.append(
-                _event(at, "rebalance_started", n, None, generation - 1, members, 0, "join")
+                event_row(at, "rebalance_started", n, None, generation - 1, members, 0, "join")
             )
             for m in range(rng.randrange(1, 30)):
                 at += rng.randrange(1, 200)
                 kind = "member_expired" if rng.random() < 0.1 else "member_joined"
                 members += 1 if kind == "member_joined" else -1 if members else 0
                 rows.append(
-                    _event(at, kind, n, f"{group(n)}-m{m}-{generation}", -1, members, 0, "")
+                    event_row(at, kind, n, f"{group(n)}-m{m}-{generation}", -1, members, 0, "")
                 )
             at += rng.randrange(1, 300)
             rows.append(
-                _event(at, "rebalance_completed", n, None, generation, members, at - started, "")
+                event_row(at, "rebalance_completed", n, None, generation, members, at - started, "")
             )
             at += rng.randrange(1, 300)
             rows.append(
-                _event(at, "sync_completed", n, None, generation, members, at - started, "")
+                event_row(at, "sync_completed", n, None, generation, members, at - started, "")
             )
             for _ in range(rng.randrange(0, 4)):
                 at += rng.randrange(1, 1000)
                 rows.append(
-                    _event(at, "offsets_committed", n, None, -1, rng.randrange(1, 20), 0, "")
+                    event_row(at, "offsets_committed", n, None, -1, rng.randrange(1, 20), 0, "")
                 )
             if rng.random() < 0.3:
                 at += 10
-                rows.append(_event(at, "member_left", n, f"{group(n)}-leaver", -1, 0, 0, ""))
+                rows.append(event_row(at, "member_left", n, f"{group(n)}-leaver", -1, 0, 0, ""))
     return rows
 
 
@@ -292,7 +292,7 @@ def write_events(
     return names
 
 
-def _event(
+def event_row(
     at: int,
     kind: str,
     n: int,

@@ -26,6 +26,7 @@ from fastcoord.storage import segment
 
 from .generated import (
     START_MS,
+    event_row,
     event_rows,
     group,
     iso,
@@ -73,6 +74,10 @@ def cluster(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
     rows = {
         n: event_rows(seed=20 + n, groups=range(n * GROUPS, (n + 1) * GROUPS)) for n in range(3)
     }
+    # Group 0's partition moves from node 0 to node 1 after everything else.
+    moved = max(int(str(r["at"])) for n in rows for r in rows[n]) + 1000
+    rows[0].append(event_row(moved, "group_unloaded", 0, None, 4, 3, 0, ""))
+    rows[1].append(event_row(moved + 60, "group_loaded", 0, None, 4, 3, 0, "Stable"))
     names = write_events(data / "node-0" / "events", rows[0], None)
     write_events(data / "node-1" / "events", rows[1], 1)
     roll(data / "node-1" / "events", names)
@@ -152,8 +157,8 @@ def test_each_row_names_the_node_that_wrote_it(cluster: dict[str, Any]) -> None:
     assert {r.node_id for r in cluster["one"].events.select("node_id").collect()} == {None}
     per_node = [r.asDict() for r in nodes.per_node(events).collect()]
     assert [(r["node_id"], r["events"], r["groups"]) for r in per_node] == [
-        (n, len(rows[n]), GROUPS) for n in rows
-    ]
+        (n, len(rows[n]), len({r["group_id"] for r in rows[n]})) for n in rows
+    ]  # node 1 logs the group that moved to it too
     for r in per_node:
         mine = rows[r["node_id"]]
         assert r["rebalances"] == sum(e["kind"] == "sync_completed" for e in mine)
@@ -202,7 +207,12 @@ def test_a_report_over_a_cluster(spark: Any, cluster: dict[str, Any]) -> None:
         (g0, 1, 7, 1),
         (g8, 0, 3, 1),
     ]
-    assert "The server&#x27;s event log" in (base / "report" / "report.html").read_text()
+    moves = pq.read_table(report.tables["coordinator_moves"]).to_pylist()
+    assert [
+        (r["group_id"], r["from_node"], r["to_node"], r["stable_after_unload_ms"]) for r in moves
+    ] == [(g0, 0, 1, 60)]
+    page = (base / "report" / "report.html").read_text()
+    assert "The server&#x27;s event log" in page and "Coordinator moves" in page
     assert (base / "report" / ".gitignore").read_text().splitlines()[-1] == "*"  # git: not ours
 
 
