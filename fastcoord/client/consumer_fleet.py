@@ -108,6 +108,11 @@ class ConsumerFleet(Fleet):
         self.seats.append(seat)
         return seat
 
+    def _finds_again(self, seat: Seat[Any]) -> bool:
+        """No: the member goes back to UNJOINED, and its first heartbeat to the coordinator
+        found again is a full one at the epoch it has, which keeps its place (no rebalance)."""
+        return False
+
     # -- heartbeats ------------------------------------------------------------------------
 
     def _join(self, seat: Seat[Any]) -> None:

@@ -195,12 +195,16 @@ class Seat(Generic[M]):
     lane: Lane | None = None  # where the member heartbeats while stable
     commit_keys: list[tuple[str, int]] = field(default_factory=list)  # what its lane commits
     share: int = 0  # the number of the connection it shares (per coordinator)
+    # A STABLE member whose coordinator moved or went away, finding it again: it keeps its
+    # generation and assignment, and heartbeats again once connected.
+    finding: bool = False
 
     def state_changed(self, member: Any, old: State, new: State) -> None:
         """A member leaving STABLE stops heartbeating and committing at once; the
         positions its commits reached are its own again."""
         if old is State.STABLE:
             self.stop_lane(member)
+            self.finding = False
 
     def stop_lane(self, member: Any) -> None:
         """Out of its lane (if in one): the member's heartbeats and commits are the
@@ -515,6 +519,8 @@ class Fleet:
                 flushes.remove(connection)
 
     def _connected(self, seat: Seat[Any]) -> None:
+        if seat.finding:
+            return self._resume(seat)
         if self.holding is not None:
             self.holding.append(seat)
         else:
@@ -610,6 +616,39 @@ class Fleet:
             entry = self.storm[member.group_id]
             entry[1] = max(entry[1], time.time_ns())
             entry[2] += 1
+        # The first heartbeat and commit come at a random point of their interval: members
+        # that synced in one storm would otherwise beat in lockstep, a burst every interval,
+        # and the run would measure the generator's bursts. Real consumers drift apart.
+        now = self.now_ms()
+        self._heartbeat_in_lane(
+            seat, now + self._rng.randrange(1, self.config.heartbeat_interval_ms + 1)
+        )
+        self._fetch(seat, self._first_commit_ms(now))
+
+    def _resume(self, seat: Seat[Member]) -> None:
+        """A stable member connected to its coordinator found again: it heartbeats there at
+        once, in the generation it has (Java's consumer retries the heartbeat that failed
+        as soon as it knows the coordinator), and commits from where its commits reached,
+        or asks for its offsets first if it never heard them."""
+        member = seat.member
+        seat.finding = False
+        seat.retries = 0
+        now = self.now_ms()
+        self._heartbeat_in_lane(seat, now)
+        commit_due = self._first_commit_ms(now)
+        known = all(
+            (topic, p) in member.positions
+            for topic, parts in member.assignment.items()
+            for p in parts
+        )
+        if not known:
+            self._fetch(seat, commit_due)
+        elif commit_due is not None:
+            self._start_commits(seat, commit_due)
+
+    def _heartbeat_in_lane(self, seat: Seat[Member], first_ms: int) -> None:
+        """The member heartbeats in its connection's lane from `first_ms` on."""
+        member = seat.member
         connection = seat.connection
         assert connection is not None
         template = heartbeat_template(
@@ -620,18 +659,14 @@ class Fleet:
             member.member_id,
             member.group_instance_id,
         )
-        # The first heartbeat and commit come at a random point of their interval: members
-        # that synced in one storm would otherwise beat in lockstep, a burst every interval,
-        # and the run would measure the generator's bursts. Real consumers drift apart.
-        now = self.now_ms()
         interval = self.config.heartbeat_interval_ms
-        first = now + self._rng.randrange(1, interval + 1)
-        connection.lane.start(seat.slot, seat, template, first, interval)
+        connection.lane.start(seat.slot, seat, template, first_ms, interval)
         seat.lane = connection.lane
-        commit_due = None
-        if self.config.commit_interval_ms > 0:
-            commit_due = now + self._rng.randrange(1, self.config.commit_interval_ms + 1)
-        self._fetch(seat, commit_due)
+
+    def _first_commit_ms(self, now: int) -> int | None:
+        if self.config.commit_interval_ms <= 0:
+            return None
+        return now + self._rng.randrange(1, self.config.commit_interval_ms + 1)
 
     def _fetch(self, seat: Seat[Member], commit_due: int | None) -> None:
         """OffsetFetch, as a consumer asks after each assignment; the member's commits
@@ -739,17 +774,23 @@ class Fleet:
             )
 
     def _retry(self, seat: Seat[Any], code: int, api: int) -> None:
-        """Find the coordinator and join again after the backoff (a lost connection, a
-        coordinator that moved or is loading)."""
+        """Find the coordinator after the backoff (a lost connection, a coordinator that
+        moved or is loading), then join again; or, for a member still in the group, carry
+        on there."""
         member = seat.member
         if code == ErrorCode.NETWORK_EXCEPTION:
             # A FindCoordinator lost is the bootstrap's, not a coordinator's.
             node = None if api == ApiKey.FIND_COORDINATOR else seat.coordinator
             self.recorder.error_code(api, code, node)
-        if member.state is State.STABLE:
-            member.rebalance_started_ms = self.now_ms()
-            member.rebalance_reason = _name(code)
-        member.state = State.UNJOINED
+        if self._finds_again(seat):
+            seat.stop_lane(member)
+            seat.finding = True
+        else:
+            if member.state is State.STABLE:
+                member.rebalance_started_ms = self.now_ms()
+                member.rebalance_reason = _name(code)
+            member.state = State.UNJOINED
+        # Answers and timers of before are stale: only the retry scheduled last acts.
         member.epoch += 1
         seat.connection = None
         # Kafka's retry.backoff.ms, doubling up to retry.backoff.max.ms (1 s) while the
@@ -757,6 +798,12 @@ class Fleet:
         delay = min(self.config.retry_backoff_ms << min(seat.retries, 10), RETRY_BACKOFF_MAX_MS)
         seat.retries += 1
         self._schedule_retry(delay, seat)
+
+    def _finds_again(self, seat: Seat[Any]) -> bool:
+        """Whether the member stays in its group while its coordinator is found again: a
+        classic member that is STABLE does (its generation is the group's wherever the
+        group is coordinated)."""
+        return seat.member.state is State.STABLE
 
     def _error_row(self, api: int, code: int, member: Any) -> None:
         # Its count is record's: the answer's latency and error were recorded together.
@@ -784,7 +831,8 @@ class Fleet:
         for seat, api, current, latency_ns, code, response in answers:
             member = seat.member
             if api == HEARTBEAT:
-                if not current or seat.down:
+                # A member finding its coordinator has heard enough from the old one.
+                if not current or seat.down or seat.finding:
                     continue
                 if code == ErrorCode.NETWORK_EXCEPTION:
                     self._retry(seat, code, HEARTBEAT)
@@ -802,7 +850,7 @@ class Fleet:
             self.recorder.commit(done)
             if code:
                 self._error_row(OFFSET_COMMIT, code, member)
-            if not current or seat.down:
+            if not current or seat.down or seat.finding:
                 continue
             outcome = member.on_commit(response, self.now_ms())[0]
             if outcome is not Next.NOTHING:
@@ -828,7 +876,9 @@ class Fleet:
             if due:
                 for seat, epoch in due:
                     member = seat.member
-                    if member.epoch == epoch and not seat.down and member.state is State.UNJOINED:
+                    if member.epoch != epoch or seat.down:
+                        continue
+                    if member.state is State.UNJOINED or seat.finding:
                         self.start(seat)
             actions = self._actions.pop(self._tick, None)
             if actions:
@@ -860,7 +910,9 @@ class Fleet:
         if now - heard <= timeout_ns:
             return None
         owed = sum(1 for c in connections if c.waits(now, join_grace))
-        unjoined = sum(1 for s in self.seats if not s.down and s.member.state is State.UNJOINED)
+        unjoined = sum(
+            1 for s in self.seats if not s.down and (s.member.state is State.UNJOINED or s.finding)
+        )
         if not owed and not unjoined:
             return None
         where = _address(self.config.bootstrap)

@@ -12,7 +12,10 @@ The error handling follows the Java consumer's: REBALANCE_IN_PROGRESS rejoins wi
 member id kept; ILLEGAL_GENERATION also keeps it; UNKNOWN_MEMBER_ID forgets it (the
 coordinator expired or removed the member) and rejoins as new; FENCED_INSTANCE_ID,
 GROUP_MAX_SIZE_REACHED and protocol mismatches stop the member, as they are fatal to a
-consumer; coordinator errors retry after a backoff.
+consumer; coordinator errors retry after a backoff. A stable member that hears its
+coordinator has moved or gone keeps its member id, generation and assignment, as Java's
+does (AbstractCoordinator marks the coordinator unknown): the fleet finds the coordinator
+again and the member heartbeats there, in the same generation, with no rebalance.
 """
 
 from __future__ import annotations
@@ -58,7 +61,9 @@ class Next(enum.Enum):
 
     NOTHING = 0
     REJOIN = 1  # send join() now
-    RETRY = 2  # send join() after the retry backoff
+    # Find the coordinator again after the retry backoff, then send join() (or, for a member
+    # still STABLE, heartbeat there as before).
+    RETRY = 2
     STOP = 3  # a fatal error: the member is STOPPED
 
 
@@ -77,6 +82,15 @@ FATAL = frozenset(
 FORGET_ID = frozenset({ErrorCode.UNKNOWN_MEMBER_ID})
 # Errors that mean the group is rebalancing or has moved to another generation.
 REJOIN = frozenset({ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION})
+# Errors that say the coordinator moved, is away or is still loading the group: the group
+# itself is as it was.
+COORDINATOR = frozenset(
+    {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
 
 
 class StateListener(Protocol):
@@ -293,6 +307,8 @@ class Member:
     def on_commit(self, response: OffsetCommitResponse, now_ms: int) -> tuple[Next, int, int]:
         """(what to do, offsets committed, the first partition error or 0)."""
         done, first_error = committed(response)
+        if first_error in COORDINATOR and self.state is State.STABLE:
+            return Next.RETRY, done, first_error
         if first_error in REJOIN or first_error in FORGET_ID or first_error in FATAL:
             return self._failed(first_error, now_ms), done, first_error
         return Next.NOTHING, done, first_error
@@ -342,6 +358,8 @@ class Member:
             self.reset(State.STOPPED)
             self.last_error = code
             return Next.STOP
+        if code in COORDINATOR and self.state is State.STABLE:
+            return Next.RETRY  # still in the group: only the coordinator is to be found
         if self.rebalance_started_ms is None:
             self.rebalance_started_ms = now_ms
             self.rebalance_reason = _name(code)

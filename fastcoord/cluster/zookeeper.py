@@ -279,11 +279,19 @@ class Membership:
             raise MoveRefused(f"the map would be {len(data)} bytes, over {MAX_MAP_BYTES}")
         try:
             if current is None:
-                self.client.create(self.map_path, data)
+                _, stat = self.client.create(self.map_path, data, include_data=True)
             else:
-                self.client.set(self.map_path, data, version=current.version)
+                stat = self.client.set(self.map_path, data, version=current.version)
         except (NodeExistsError, BadVersionError):
             return False
+        # Every version of the map, when ZooKeeper took it (its clock, in ms) and each
+        # partition's owner in partition order: the history an audit checks answers against.
+        log.info(
+            "ownership map version %d at %d: owners %s",
+            stat.version,
+            stat.mtime,
+            " ".join(str(wanted.owners[p]) for p in range(len(wanted.owners))),
+        )
         return True
 
     def _map_changed(self, data: bytes | None, stat: ZnodeStat | None) -> None:

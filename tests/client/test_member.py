@@ -10,6 +10,7 @@ from typing import Any
 
 from fastcoord.client.member import Member, Next, State
 from fastcoord.core.config import GroupConfig
+from fastcoord.core.partition import partition_for
 from fastcoord.protocol.errors import ErrorCode
 from fastcoord.protocol.messages import (
     JoinGroupRequest,
@@ -21,6 +22,7 @@ from fastcoord.protocol.messages import (
 from tests.core.harness import Harness
 
 PARTITIONS = {"t": 6, "u": 3}
+PARTITIONS_OF_OFFSETS = GroupConfig().offsets_topic_num_partitions
 SESSION_MS = 10_000
 
 
@@ -210,3 +212,46 @@ def test_member_id_required_is_answered_with_the_id_given() -> None:
     answer = JoinGroupResponse(error_code=ErrorCode.MEMBER_ID_REQUIRED, member_id="m-1")
     assert m.on_join(answer, 1, PARTITIONS) is Next.REJOIN
     assert m.join(2).member_id == "m-1"
+
+
+def test_a_stable_member_whose_coordinator_moves_keeps_its_generation() -> None:
+    g = formed(3)
+    generation = {m.generation_id for m in g.members}
+    assignments = [m.assignment for m in g.members]
+    for m in g.members:
+        m.rebalances.clear()
+    partition = partition_for("g", PARTITIONS_OF_OFFSETS)
+    g.h.absorb(g.h.co.resign(partition, g.h.now))
+    for m in g.members:
+        code = g.h.heartbeat(m.member_id, m.generation_id)
+        assert code == ErrorCode.NOT_COORDINATOR
+        # Told to find the coordinator again, and still in the group as it was.
+        assert m.on_heartbeat(code, g.h.now) is Next.RETRY
+        assert m.state is State.STABLE and m.member_id
+    # A commit told the same says the same.
+    request = g.members[0].commit()
+    assert request is not None
+    outcome, done, error = g.members[0].on_commit(g.h.answer(g.h.send(request, 8)), g.h.now)
+    assert (outcome, done, error) == (Next.RETRY, 0, ErrorCode.NOT_COORDINATOR)
+
+    # The partition comes back (as on the node that takes it): its log replayed.
+    g.h.co.take(partition)
+    for record in g.h.records:
+        g.h.co.replay(record, g.h.now, loading=True)
+    g.h.co.loading_partitions.discard(partition)
+    codes = g.beat_all(3)
+    assert codes and set(codes) == {ErrorCode.NONE}
+    assert {m.generation_id for m in g.members} == generation
+    assert [m.assignment for m in g.members] == assignments
+    assert [r for m in g.members for r in m.rebalances] == []
+
+
+def test_a_joining_member_told_to_find_its_coordinator_joins_again_with_its_id() -> None:
+    g = formed(1)
+    (m,) = g.members
+    member_id = m.member_id
+    m.join(g.h.now)
+    assert m.state is State.JOINING
+    answer = JoinGroupResponse(error_code=ErrorCode.NOT_COORDINATOR)
+    assert m.on_join(answer, g.h.now, PARTITIONS) is Next.RETRY
+    assert m.state is State.UNJOINED and m.member_id == member_id

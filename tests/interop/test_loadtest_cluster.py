@@ -27,7 +27,7 @@ from fastcoord.cluster.routing import Cluster, Node
 from fastcoord.core.partition import partition_for
 from fastcoord.loadtest.scenarios import Plan
 from fastcoord.testing import ServerProcess, child_env, fastcoord_cluster
-from tests.interop.test_loadtest import FAST, loadtest, loadtest_command, summary
+from tests.interop.test_loadtest import FAST, loadtest, loadtest_command, summary, table
 
 NODE_ARGS = (
     "--in-memory",
@@ -235,10 +235,16 @@ def test_a_fault_goes_to_every_node_and_sends_members_back_to_find_their_coordin
     assert fault["injected"] == 12
     for node in cluster:
         assert AdminClient(node.admin).faults() == []  # the run deleted what it added
-    # Each member told NOT_COORDINATOR went back to FindCoordinator, then to its group's
-    # coordinator (the same node: nothing moved), and the run went on; its rejoin may
-    # rebalance its group (REBALANCE_IN_PROGRESS to the others: a signal, not a failure).
+    # Each member told NOT_COORDINATOR went back to FindCoordinator, then heartbeat at its
+    # group's coordinator (the same node: nothing moved) in the generation it had, as Java's
+    # consumer does: no rejoin, so no rebalance.
     apis = s["apis"]
+    joins_since = [
+        r
+        for r in table(tmp_path / "run", "latency")
+        if r["api"] == "JoinGroup" and r["elapsed_s"] >= 3 and r["count"]
+    ]
+    assert joins_since == []
     assert apis["Heartbeat"]["errors"]["NOT_COORDINATOR"] == 12
     assert apis["FindCoordinator"]["count"] == MEMBERS + 12
     errors = {api: a["errors"] for api, a in apis.items() if a["errors"]}

@@ -11,7 +11,8 @@ consumers (classic and consumer protocol), each given node 0's address alone.
 - ZooKeeper stopped for 10 s: nodes serve until a third of their session timeout after
   they lose it, then nothing, and take their partitions again once it is back. No
   partition is ever served by two nodes: each node's log says when it served what, and
-  the intervals never overlap.
+  the intervals never overlap; and every answer a prober had, asking every node for every
+  group all along, fits the history of the map (map_history.py).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from tests.interop import groups
 from tests.interop.confluent_members import Poller, confluent
 from tests.interop.groups import PARTITIONS, TOPIC
 from tests.interop.kafka_python_member import Member as KafkaPythonMember
+from tests.interop.map_history import Prober, check_served_once, map_history
 
 pytestmark = pytest.mark.cluster
 
@@ -114,6 +116,15 @@ class Cluster:
         views = self.views()
         owners = next(iter(views.values()))["owners"]
         return int(owners[str(partition_of(group))])
+
+    def addresses(self) -> dict[int, tuple[str, int]]:
+        """The live nodes' client listeners."""
+        out = {}
+        for i, n in enumerate(self.nodes):
+            if n is not None:
+                host, _, port = n.bootstrap.rpartition(":")
+                out[i] = (host, int(port))
+        return out
 
     def bootstrap(self) -> str:
         node = self.nodes[0]
@@ -340,13 +351,27 @@ def test_moves_a_killed_node_and_zookeeper_lost_with_real_clients(tmp_path: Path
     is most of each one's time): a move by the admin API, ZooKeeper stopped for 10 s, a node
     SIGKILLed and restarted. No partition was served by two nodes at once, by every log."""
     with zookeeper_cluster(tmp_path) as cluster, running_groups(cluster) as running:
-        acknowledged = commit_all(running)
-        moved_by_api(cluster, running, acknowledged)
-        zookeeper_lost(cluster, running, acknowledged)
-        killed_log, killed_at = node_killed(cluster, running, acknowledged)
-        check_never_served_twice(
-            [n.log() for n in cluster.nodes if n is not None], [(killed_log, killed_at)]
+        prober = Prober(cluster.addresses, partition_of, list(running.members)).start()
+        try:
+            acknowledged = commit_all(running)
+            moved_by_api(cluster, running, acknowledged)
+            zookeeper_lost(cluster, running, acknowledged)
+            killed_log, killed_at = node_killed(cluster, running, acknowledged)
+        finally:
+            answers = prober.stop()
+        logs = [n.log() for n in cluster.nodes if n is not None]
+        check_never_served_twice(logs, [(killed_log, killed_at)])
+        # Every answer the prober had from every node, against every version of the map.
+        served = check_served_once(answers, map_history([*logs, killed_log]))
+        moved = {p: nodes for p, nodes in served.items() if len(nodes) > 1}
+        print(
+            f"{len(answers):,} answers from the nodes for {len(served)} partitions, "
+            f"{sum(a.error == 0 for a in answers):,} of them served, each by the node the "
+            f"map gave it to; the nodes of the {len(moved)} partitions that moved: {moved}"
         )
+        # The audit saw the moves it is there to check: the moved partition, the killed
+        # node's, and their way back to the restarted node.
+        assert len(moved) >= 2 and any(len(nodes) >= 3 for nodes in moved.values()), served
 
 
 def moved_by_api(
