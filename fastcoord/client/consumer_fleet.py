@@ -164,6 +164,7 @@ class ConsumerFleet(Fleet):
         what it was given, resend a stale commit, and wait for the next heartbeat."""
         member = seat.member
         seat.retries = 0
+        self.back(seat)
         for rebalance in member.rebalances:
             self._rebalance_row(rebalance)
         member.rebalances.clear()

@@ -152,6 +152,7 @@ class Recorder(Protocol):
         last_sync_answered_ns: int,
         first_join_answered_ns: int,
     ) -> None: ...
+    def moved(self, group: str, old: Address, new: Address, lost_ms: int, back_ms: int) -> None: ...
     def commit(self, offsets: int) -> None: ...
     def unexpected_expiration(self) -> None: ...
 
@@ -198,6 +199,10 @@ class Seat(Generic[M]):
     # A STABLE member whose coordinator moved or went away, finding it again: it keeps its
     # generation and assignment, and heartbeats again once connected.
     finding: bool = False
+    # The coordinator a member in its group lost (an answer said it moved or is away, or
+    # its connection ended), and when (wall ms): until it is served again, by whichever node.
+    lost_from: Address | None = None
+    lost_ms: int = 0
 
     def state_changed(self, member: Any, old: State, new: State) -> None:
         """A member leaving STABLE stops heartbeating and committing at once; the
@@ -264,6 +269,9 @@ class Fleet:
         self._wall_ms = wall_ms
         self._last_progress_ns = time.perf_counter_ns()
         self._reopening = False
+        # Classic members heartbeating again at a coordinator found again, and the lane
+        # has not yet said their heartbeat was answered there.
+        self._confirming: set[Seat[Any]] = set()
         self._wanted = WANTED
         self._connection_type = connection_type(config.security)
         self._users = config.security.users
@@ -609,6 +617,7 @@ class Fleet:
     def _stable(self, seat: Seat[Member]) -> None:
         member = seat.member
         seat.retries = 0
+        self.back(seat)
         for rebalance in member.rebalances:
             self._rebalance_row(rebalance)
         member.rebalances.clear()
@@ -635,6 +644,7 @@ class Fleet:
         seat.retries = 0
         now = self.now_ms()
         self._heartbeat_in_lane(seat, now)
+        self._confirming.add(seat)
         commit_due = self._first_commit_ms(now)
         known = all(
             (topic, p) in member.positions
@@ -751,6 +761,7 @@ class Fleet:
         connection closes too."""
         seat.member.crash()
         seat.down = True
+        seat.lost_from = None
         if self.config.members_per_connection == 1 and seat.connection is not None:
             seat.connection.close()
         seat.connection = None
@@ -778,6 +789,9 @@ class Fleet:
         moved or is loading), then join again; or, for a member still in the group, carry
         on there."""
         member = seat.member
+        if seat.lost_from is None and (member.state is State.STABLE or seat.finding):
+            seat.lost_from = seat.coordinator
+            seat.lost_ms = self.wall_ms()
         if code == ErrorCode.NETWORK_EXCEPTION:
             # A FindCoordinator lost is the bootstrap's, not a coordinator's.
             node = None if api == ApiKey.FIND_COORDINATOR else seat.coordinator
@@ -798,6 +812,28 @@ class Fleet:
         delay = min(self.config.retry_backoff_ms << min(seat.retries, 10), RETRY_BACKOFF_MAX_MS)
         seat.retries += 1
         self._schedule_retry(delay, seat)
+
+    def back(self, seat: Seat[Any]) -> None:
+        """The member was served again since it lost its coordinator: recorded as a move
+        when another node served it."""
+        old = seat.lost_from
+        if old is None:
+            return
+        seat.lost_from = None
+        if seat.coordinator is not None and seat.coordinator != old:
+            self.recorder.moved(
+                seat.member.group_id, old, seat.coordinator, seat.lost_ms, self.wall_ms()
+            )
+
+    def _confirm(self) -> None:
+        """Members resumed at a coordinator found again whose heartbeat there has been
+        answered plainly (only the lane saw it) are back."""
+        for seat in list(self._confirming):
+            if seat.lane is None:  # lost it again, or left the group: not back (yet)
+                self._confirming.discard(seat)
+            elif seat.lane.confirmed(seat.slot) is not None:
+                self._confirming.discard(seat)
+                self.back(seat)
 
     def _finds_again(self, seat: Seat[Any]) -> bool:
         """Whether the member stays in its group while its coordinator is found again: a
@@ -880,6 +916,8 @@ class Fleet:
                         continue
                     if member.state is State.UNJOINED or seat.finding:
                         self.start(seat)
+            if self._confirming:
+                self._confirm()
             actions = self._actions.pop(self._tick, None)
             if actions:
                 for action in actions:

@@ -51,6 +51,13 @@ __all__ = ["Aggregator", "ApiView", "NodeView", "Snapshot", "Thresholds"]
 # How far the newest second may run ahead before an incomplete one is written without the
 # workers that have not reported it.
 WAIT_S = 3
+MOVES_SHOWN = 3  # the coordinator moves a snapshot names
+
+
+def node_name(address: str, node_id: int | None) -> str:
+    return f"{node_id}@{address}" if node_id is not None else address
+
+
 # Rows held for the next flush past which they are written at once: memory stays bounded
 # however rarely the caller flushes.
 MAX_HELD_ROWS = 200_000
@@ -82,6 +89,17 @@ class NodeView:
 
 
 @dataclass(frozen=True)
+class MoveView:
+    """A group's coordinator move as its members saw it, so far."""
+
+    group: str
+    old: str  # the node it left, as display.node_name names it
+    new: str
+    members: int  # served at the new node so far
+    back_ms: int  # from the first of them losing the old node to the last served at the new
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """What the live display shows: the newest merged second, and the run so far."""
 
@@ -103,6 +121,8 @@ class Snapshot:
     commits: int
     nodes: list[NodeView] = field(default_factory=list)  # in id order
     phase: str | None = None  # of the newest merged second: joining, steady or leaving
+    moves: int = 0  # groups whose members found their coordinator on another node
+    latest_moves: list[MoveView] = field(default_factory=list)  # the last MOVES_SHOWN
 
 
 @dataclass
@@ -255,6 +275,8 @@ class Aggregator:
             t.node(address)  # a node the cluster lists, though nothing went to it yet
         for group, address in s.groups.items():
             t.coordinated(group, address)
+        for move in s.moves:
+            t.moved(*move)
         if self.results is not None:
             for name, rows in (("errors", s.error_rows), ("rebalances", s.rebalances)):
                 if rows and name in self.tables:
@@ -386,6 +408,17 @@ class Aggregator:
             commits=t.commits,
             nodes=nodes,
             phase=self.phases().of(m.elapsed_s),
+            moves=len(t.moves),
+            latest_moves=[
+                MoveView(
+                    group,
+                    node_name(old, t.node_ids.get(old)),
+                    node_name(new, t.node_ids.get(new)),
+                    members,
+                    back - lost,
+                )
+                for (group, old, new), (members, lost, back) in list(t.moves.items())[-MOVES_SHOWN:]
+            ],
         )
 
     def summary(

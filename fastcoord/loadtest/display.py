@@ -25,9 +25,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from fastcoord.loadtest.aggregate import NodeView, Snapshot
+from fastcoord.loadtest.aggregate import NodeView, Snapshot, node_name
 
 PLAIN_EVERY_S = 5.0
+MOVES_LISTED = 10  # coordinator moves the end's summary names one by one
 
 
 def fmt_ms(value: float | None) -> str:
@@ -67,10 +68,6 @@ def _members(snapshot: Snapshot) -> str:
     target = f" of {snapshot.target_members:,}" if snapshot.target_members is not None else ""
     states = " ".join(f"{state} {n:,}" for state, n in snapshot.states.items())
     return f"members{target}: {states}"
-
-
-def node_name(address: str, node_id: int | None) -> str:
-    return f"{node_id}@{address}" if node_id is not None else address
 
 
 def _nodes_table(nodes: list[NodeView]) -> Table:
@@ -124,9 +121,23 @@ def render(snapshot: Snapshot) -> RenderableType:
         f"({snapshot.unexpected_rebalances:,} unexpected); unexpected expirations "
         f"{snapshot.unexpected_expirations:,}; commits {snapshot.commits:,}"
     )
-    if len(snapshot.nodes) < 2:
-        return Group(head, Text(_members(snapshot)), apis, totals)
-    return Group(head, Text(_members(snapshot)), apis, _nodes_table(snapshot.nodes), totals)
+    parts: list[RenderableType] = [head, Text(_members(snapshot)), apis]
+    if len(snapshot.nodes) >= 2:
+        parts.append(_nodes_table(snapshot.nodes))
+    parts.append(totals)
+    if snapshot.moves:
+        parts.append(Text(_moves(snapshot)))
+    return Group(*parts)
+
+
+def _moves(snapshot: Snapshot) -> str:
+    """The coordinator moves the members saw: how many groups, and the latest ones."""
+    latest = "; ".join(
+        f"{m.group} {m.old} -> {m.new}: {m.members:,} members served there "
+        f"{fmt_ms(m.back_ms)} ms after the first lost it"
+        for m in snapshot.latest_moves
+    )
+    return f"coordinator moves: {snapshot.moves:,} groups; latest: {latest}"
 
 
 def plain_line(snapshot: Snapshot) -> str:
@@ -139,14 +150,16 @@ def plain_line(snapshot: Snapshot) -> str:
         f"signals: {fmt_errors(snapshot.signals)} | "
         f"CPU {snapshot.cpu_s * 100:.0f}% | workers {snapshot.reporting}/{snapshot.workers}"
     )
-    if len(snapshot.nodes) < 2:
-        return line
-    nodes = ", ".join(
-        f"{node_name(n.address, n.node_id)} {n.groups:,} groups {n.connections:,} connections "
-        f"{n.requests:,}/s"
-        for n in snapshot.nodes
-    )
-    return f"{line} | nodes: {nodes}"
+    if len(snapshot.nodes) >= 2:
+        nodes = ", ".join(
+            f"{node_name(n.address, n.node_id)} {n.groups:,} groups "
+            f"{n.connections:,} connections {n.requests:,}/s"
+            for n in snapshot.nodes
+        )
+        line += f" | nodes: {nodes}"
+    if snapshot.moves:
+        line += f" | {_moves(snapshot)}"
+    return line
 
 
 class LiveDisplay:
@@ -431,6 +444,23 @@ def print_summary(summary: Mapping[str, Any], console: Console) -> None:
         f"{per_request} us CPU per request",
         f"members: {target}final {final}, peak stable {m['peak_stable']:,}",
     ]
+    moves = summary.get("coordinator_moves") or []
+    if moves:
+        backs = sorted(move["back_ms"] for move in moves)
+        lines.append(
+            f"coordinator moves seen by members: {len(moves):,} groups, each served at its "
+            f"new node {fmt_ms(backs[0])} to {fmt_ms(backs[-1])} ms after its first member "
+            "lost the old one"
+        )
+        for move in moves[:MOVES_LISTED]:
+            old = node_name(move["from"], move["from_node"])
+            new = node_name(move["to"], move["to_node"])
+            lines.append(
+                f"  {move['group']}: {old} -> {new} at {move['lost']}, {move['members']:,} "
+                f"members served there {fmt_ms(move['back_ms'])} ms after"
+            )
+        if len(moves) > MOVES_LISTED:
+            lines.append(f"  ... {len(moves) - MOVES_LISTED:,} more in summary.json")
     for address, node in (summary.get("server") or {}).items():
         lines.append(server_line(address, node, steady is not None))
     for line in lines:

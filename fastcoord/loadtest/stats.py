@@ -66,6 +66,9 @@ ErrorRow = tuple[int, int, int, str, str]
 RebalanceRow = tuple[str, str, str | None, int, int, int, str, bool]
 # storms: (group, members, last_join_sent_ns, last_sync_answered_ns, first_join_answered_ns)
 StormRow = tuple[str, int, int, int, int]
+# coordinator moves, a worker's members of a group merged:
+# (group, from HOST:PORT, to HOST:PORT, members back, first lost wall_ms, last back wall_ms)
+MoveRow = tuple[str, str, str, int, int, int]
 
 
 class NodeSecond(msgspec.Struct):
@@ -117,6 +120,8 @@ class Second(msgspec.Struct):
     groups: dict[str, str] = msgspec.field(default_factory=dict)
     # In a slim second (`slim`), the rebalances its rows held.
     rebalanced: RebalanceCounts | None = None
+    # Groups whose members found their coordinator on another node and were served there.
+    moves: list[MoveRow] = msgspec.field(default_factory=list)
 
     def slim(self) -> Second:
         """This second without its rows (errors, rebalances), which the worker writes
@@ -193,6 +198,7 @@ class Recorder:
         self._errors_dropped = 0
         self._rebalances: list[RebalanceRow] = []
         self._storms: list[StormRow] = []
+        self._coordinator_moves: dict[tuple[str, str, str], list[int]] = {}
         self._commits = 0
         self._offsets = 0
         self._expirations = 0
@@ -306,6 +312,19 @@ class Recorder:
             (group, members, last_join_sent_ns, last_sync_answered_ns, first_join_answered_ns)
         )
 
+    def moved(self, group: str, old: Address, new: Address, lost_ms: int, back_ms: int) -> None:
+        """A member of `group` lost its coordinator `old` at `lost_ms` (the first answer
+        that said so, or its connection's end) and was served by `new` at `back_ms` (wall
+        clock): its heartbeat answered there. Merged per group and pair of nodes."""
+        key = (group, self._text(old), self._text(new))
+        seen = self._coordinator_moves.get(key)
+        if seen is None:
+            self._coordinator_moves[key] = [1, lost_ms, back_ms]
+        else:
+            seen[0] += 1
+            seen[1] = min(seen[1], lost_ms)
+            seen[2] = max(seen[2], back_ms)
+
     def commit(self, offsets: int) -> None:
         """One OffsetCommit answered, of `offsets` partitions."""
         self._commits += 1
@@ -371,6 +390,10 @@ class Recorder:
             nodes=self._nodes(node_connections or {}),
             node_ids=self._new_ids,
             groups=self._moved,
+            moves=[
+                (g, a, b, n, lost, back)
+                for (g, a, b), (n, lost, back) in self._coordinator_moves.items()
+            ],
         )
         self._cpu_s = cpu_s
         self._reset()

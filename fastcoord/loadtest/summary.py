@@ -91,6 +91,9 @@ class Totals:
     nodes: dict[str, NodeTotals] = field(default_factory=dict)  # HOST:PORT -> its share
     node_ids: dict[str, int] = field(default_factory=dict)  # HOST:PORT -> node id
     group_nodes: dict[str, str] = field(default_factory=dict)  # group -> HOST:PORT
+    # (group, from HOST:PORT, to HOST:PORT) -> [members back, first lost ms, last back ms],
+    # wall clock: the coordinator moves the members saw, in the order first seen.
+    moves: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
 
     def node(self, address: str) -> NodeTotals:
         totals = self.nodes.get(address)
@@ -107,6 +110,35 @@ class Totals:
             self.nodes[old].groups -= 1
         self.group_nodes[group] = address
         self.node(address).groups += 1
+
+    def moved(self, group: str, old: str, new: str, members: int, lost: int, back: int) -> None:
+        """A worker's members of `group` served by `new` after they lost `old`."""
+        seen = self.moves.get((group, old, new))
+        if seen is None:
+            self.moves[group, old, new] = [members, lost, back]
+        else:
+            seen[0] += members
+            seen[1] = min(seen[1], lost)
+            seen[2] = max(seen[2], back)
+
+    def moves_section(self) -> list[dict[str, Any]]:
+        """Each group's move, as its members saw it: from which node to which, how many
+        of them were served at the new one, and how long after the first of them lost the
+        old one the last of them was served there."""
+        ids = self.node_ids
+        return [
+            {
+                "group": group,
+                "from": old,
+                "to": new,
+                "from_node": ids.get(old),
+                "to_node": ids.get(new),
+                "members": members,
+                "lost": iso(lost),
+                "back_ms": back - lost,
+            }
+            for (group, old, new), (members, lost, back) in self.moves.items()
+        ]
 
     def node_order(self) -> list[str]:
         """The nodes by id (those without one last), then address."""
@@ -409,6 +441,7 @@ def summarize(
         if stable
         else None,
         "unexpected_expirations": totals.unexpected_expirations,
+        "coordinator_moves": totals.moves_section(),
         "commits": {
             "count": totals.commits,
             "offsets": totals.offsets,

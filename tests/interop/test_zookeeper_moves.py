@@ -53,6 +53,7 @@ from tests.interop.confluent_members import Poller, confluent
 from tests.interop.groups import PARTITIONS, TOPIC
 from tests.interop.kafka_python_member import Member as KafkaPythonMember
 from tests.interop.map_history import Prober, check_served_once, map_history
+from tests.interop.test_loadtest import loadtest, summary, table
 
 pytestmark = pytest.mark.cluster
 
@@ -575,3 +576,46 @@ def test_a_node_that_cannot_reach_zookeeper_refuses_to_start(tmp_path: Path) -> 
     assert f"cannot start: cannot reach ZooKeeper at 127.0.0.1:{port}; start it" in said
     assert "Traceback" not in said
     assert not (tmp_path / "data").exists()
+
+
+def test_a_loadtest_moves_a_group_and_shows_how_long_its_members_took(tmp_path: Path) -> None:
+    """`move_coordinator` in a load test's fault schedule: the moved group's members find
+    its new node and heartbeat there in the generation they had (no JoinGroup after the
+    move); the live view and the summary name the move, its nodes, and how long after the
+    first member lost the old node the last was served at the new one. The other group
+    sees nothing."""
+    schedule = tmp_path / "faults.toml"
+    schedule.write_text(
+        '[[fault]]\nat_ms = 4000\napi = "*"\ngroup = "mv-0000"\n'
+        "move_coordinator = true\nduration_ms = 2000\n"
+    )
+    with zookeeper_cluster(tmp_path) as cluster:
+        before = cluster.owner("mv-0000")
+        result = loadtest(
+            cluster.bootstrap(),
+            tmp_path / "run",
+            *("--members", "20", "--groups", "2", "--group-prefix", "mv", "--duration", "9"),
+            *("--faults", str(schedule), "--admin", ",".join(n.admin for n in cluster.nodes if n)),
+            # Within the nodes' session bounds (Kafka's, 6 s and up), heartbeats 300 ms apart.
+            *("--heartbeat-interval-ms", "300", "--session-timeout-ms", "6000"),
+            *("--commit-interval-ms", "300"),
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        after = cluster.owner("mv-0000")
+    s = summary(tmp_path / "run")
+    (move,) = s["coordinator_moves"]
+    assert (move["group"], move["from_node"], move["to_node"]) == ("mv-0000", before, after)
+    assert before != after and move["members"] == 10
+    assert 0 < move["back_ms"] < 5000, move
+    joins_since = [
+        r
+        for r in table(tmp_path / "run", "latency")
+        if r["api"] == "JoinGroup" and r["elapsed_s"] >= 4 and r["count"]
+    ]
+    assert joins_since == []
+    assert s["rebalances"]["unexpected"] == 0
+    errors = table(tmp_path / "run", "errors")
+    assert not [r for r in errors if r["group"] == "mv-0001" and not r["signal"]]
+    assert "coordinator moves: 1 groups; latest: mv-0000 " in result.stderr  # the live line
+    assert "coordinator moves seen by members: 1 groups" in result.stdout
+    print(result.stdout[-1500:])

@@ -199,3 +199,38 @@ def test_an_api_with_only_errors_gets_a_row_without_latency(tmp_path: Path) -> N
     )
     assert summary["apis"]["SyncGroup"]["p99_ms"] is None
     assert summary["apis"]["SyncGroup"]["errors"] == {"UNKNOWN_MEMBER_ID": 1}
+
+
+def test_coordinator_moves_merge_over_the_workers_and_their_seconds() -> None:
+    """Each worker's members of a moved group, back at its new node in several seconds,
+    make one move: every member counted, from the first lost to the last back."""
+    agg = Aggregator(None, CONFIG, workers=2, thresholds=Thresholds())
+    old, new = ("127.0.0.1", 9092), ("127.0.0.1", 9093)
+    seen = {  # worker -> seconds -> (lost, back) of each member back in that second
+        0: {1: [(1000, 1040), (1010, 1030)], 2: [(1005, 1900)]},
+        1: {1: [(990, 1060)]},
+    }
+    for worker, seconds in seen.items():
+        r = Recorder(worker, cpu_s=0.0)
+        r.node(old, 0)
+        r.node(new, 1)
+        for elapsed_s in (1, 2):
+            for lost, back in seconds.get(elapsed_s, []):
+                r.moved("g", old, new, START_MS + lost, START_MS + back)
+            agg.add(r.take(elapsed_s, START_MS + elapsed_s * 1000, {}, 0, 0.0))
+    (move,) = agg.summary()["coordinator_moves"]
+    assert move["group"] == "g" and (move["from_node"], move["to_node"]) == (0, 1)
+    assert (move["from"], move["to"]) == ("127.0.0.1:9092", "127.0.0.1:9093")
+    assert move["members"] == 4 and move["back_ms"] == 1900 - 990
+    snapshot = agg.snapshot()
+    assert snapshot.moves == 1
+    assert [(m.group, m.old, m.new, m.members, m.back_ms) for m in snapshot.latest_moves] == [
+        ("g", "0@127.0.0.1:9092", "1@127.0.0.1:9093", 4, 910)
+    ]
+
+
+def test_no_moves_no_moves_listed() -> None:
+    agg = Aggregator(None, CONFIG, workers=1, thresholds=Thresholds())
+    agg.add(second(0, 1))
+    assert agg.summary()["coordinator_moves"] == []
+    assert agg.snapshot().moves == 0

@@ -127,3 +127,25 @@ def test_the_end_table_holds_the_summary() -> None:
     assert "verdict: failed" in text
     assert "Heartbeat p99 1.024 ms is above the limit 0.5 ms over the whole run." in text
     assert "OffsetCommit p99 4.000 ms is above the limit 0.5 ms over the whole run." in text
+
+
+def test_coordinator_moves_are_shown_live_and_at_the_end() -> None:
+    agg = aggregator()
+    r = Recorder(0, cpu_s=0.0)
+    old, new = ("127.0.0.1", 9092), ("127.0.0.1", 9093)
+    r.node(old, 0)
+    r.node(new, 1)
+    r.moved("g", old, new, START_MS + 3000, START_MS + 3058)
+    agg.add(r.take(3, START_MS + 3000, {"stable": 1000}, 1000, 0.1))
+    snapshot = agg.snapshot()
+    moves = "coordinator moves: 1 groups; latest: g 0@127.0.0.1:9092 -> 1@127.0.0.1:9093: "
+    moves += "1 members served there 58.00 ms after the first lost it"
+    assert moves in text_of(render(snapshot)).replace("\n", " ")
+    assert plain_line(snapshot).endswith(moves)
+    console = Console(record=True, width=200)
+    print_summary(agg.summary(complete=True, outcome="completed"), console)
+    text = console.export_text()
+    assert "coordinator moves seen by members: 1 groups, each served at its new node 58.00" in text
+    assert "  g: 0@127.0.0.1:9092 -> 1@127.0.0.1:9093 at " in text
+    # Without moves, nothing is said of them.
+    assert "coordinator moves" not in text_of(render(aggregator().snapshot()))
