@@ -30,6 +30,19 @@ What is measured on a member's connection counts in its coordinator's share (the
 per-node figures), and which node coordinates which group is noted as FindCoordinator
 answers.
 
+Members that share a connection get their answers in request order (Kafka's rule), so an
+answer that is ready waits behind any JoinGroup or SyncGroup before it that the coordinator
+holds until its group's rebalance completes. Another group's member could then wait on it
+for its member id (MEMBER_ID_REQUIRED), for the heartbeat answer that tells it to rejoin,
+or for its own JoinGroup or SyncGroup answer. Its group waits for it in turn, and two
+groups doing so across two connections wait for each other until their members' sessions
+expire; a join storm of 100,000 members stalled so for the session timeout, again and
+again. So the requests the coordinator holds, a member's JoinGroup with its id and its
+SyncGroup, go on a connection of the member's group alone (per node and SASL user, opened
+when first needed), where only its own group's answers can be before them, and they all
+come when its rebalance does. Everything else, the first JoinGroup included, goes on the
+shared connection, where nothing waits. One member per connection has nothing to share.
+
 With SASL, a connection logs in as one user, so members that log in as different users
 cannot share one. Member number i logs in as user i % users (login.ClientSecurity), and
 the shares are dealt per user: the k-th member of user u is in share
@@ -116,6 +129,9 @@ OFFSET_COMMIT = ApiKey.OFFSET_COMMIT
 
 
 Address = tuple[str, int]  # a broker's (host, port)
+# Sends a request on a group's connection once open: (connection or None, and if None the
+# error code and the API that met it).
+GroupSend = Callable[["Connection | None", int, int], None]
 
 
 class Recorder(Protocol):
@@ -251,6 +267,10 @@ class Fleet:
         self.holding: list[Seat[Any]] | None = None
         self._connections: dict[tuple[Address, int], Connection] = {}
         self._connecting: dict[tuple[Address, int], list[Seat[Any]]] = {}
+        # (node, group, user) -> the group's connection for the requests the coordinator
+        # holds (see the module's doc), and what waits for one being opened.
+        self._group_connections: dict[tuple[Address, str, int], Connection] = {}
+        self._group_connecting: dict[tuple[Address, str, int], list[GroupSend]] = {}
         # The members' connections open to each node (the bootstrap's not among them).
         self.node_connections: Counter[Address] = Counter()
         self._timers: dict[int, list[tuple[Seat[Any], int]]] = defaultdict(list)  # retries
@@ -311,11 +331,14 @@ class Fleet:
         )
         return max(1, min(FLUSH_MS, min(intervals) // 20) // TICK_MS)
 
-    async def _open(self, address: Address, lane: bool = False, user: int = 0) -> Connection:
+    async def _open(
+        self, address: Address, lane: bool = False, user: int = 0, members: bool = False
+    ) -> Connection:
         """A connection to `address`, logged in as `user` if SASL; with `lane`, one for
-        members, read by the poller (unless TLS), whose lane records into the node's sinks,
-        as its login's round trips count in the node's share."""
-        node = address if lane else None
+        members, read by the poller (unless TLS), whose lane records into the node's sinks;
+        a members' connection (`lane` or `members`) counts its login's round trips in the
+        node's share."""
+        node = address if lane or members else None
         latency_sink, commit_sink = self.recorder.sinks(node)
 
         def on_login(api: int, latency_ns: int, code: int) -> None:
@@ -546,16 +569,17 @@ class Fleet:
         kind: type[R],
         answered: Callable[[R, int], Next],
         lost: Callable[[], None] | None = None,
+        held: bool = False,
     ) -> None:
         """Send `request` for the seat's member to its coordinator, hand the answer (a
         `kind`) to `answered`, then do what the member says next. An answer that finds the
         member moved on (another epoch, or down) is dropped: it speaks of a member that no
         longer exists. A lost connection, like an answer from a coordinator that moved or
         is away (the member says RETRY), sends the member to find its coordinator again and
-        ask after the backoff; `lost` first tells it its request will go unanswered."""
+        ask after the backoff; `lost` first tells it its request will go unanswered. A
+        request the coordinator may hold (`held`) goes on the member's group's connection
+        when members share connections."""
         member = seat.member
-        connection = seat.connection
-        assert connection is not None
         epoch = member.epoch
 
         def on_answer(response: Response | None, latency_ns: int) -> None:
@@ -568,13 +592,80 @@ class Fleet:
             assert isinstance(response, kind)
             self._follow(seat, answered(response, latency_ns), api)
 
-        connection.send(request, on_answer)
+        def send(connection: Connection | None, code: int, failed_api: int) -> None:
+            if member.epoch != epoch or seat.down:
+                return
+            if connection is not None:
+                connection.send(request, on_answer)
+            elif code == ErrorCode.NETWORK_EXCEPTION:  # it could not be opened
+                on_answer(None, 0)
+            else:  # its login was refused, and counted: after the backoff, as any refusal
+                self._retry(seat, code, failed_api)
+
+        if held and self.config.members_per_connection > 1:
+            self._group_connection(seat, send)
+        else:
+            send(seat.connection, ErrorCode.NETWORK_EXCEPTION, api)
+
+    def _group_connection(self, seat: Seat[Any], then: GroupSend) -> None:
+        """`then` with the connection of the seat's group to its coordinator (for the
+        requests the coordinator holds, see the module's doc), opened if need be; with
+        None, and why (an error code and the API that met it), if it cannot be."""
+        assert seat.coordinator is not None
+        key = (seat.coordinator, seat.member.group_id, seat.share % self._users)
+        connection = self._group_connections.get(key)
+        if connection is not None and not connection.closed:
+            return then(connection, 0, 0)
+        waiting = self._group_connecting.get(key)
+        if waiting is not None:
+            waiting.append(then)
+            return
+        self._group_connecting[key] = [then]
+        assert self._nursery is not None
+        self._nursery.start_soon(self._open_group_connection, key)
+
+    async def _open_group_connection(self, key: tuple[Address, str, int]) -> None:
+        try:
+            async with self._opening:
+                connection = await self._open(key[0], user=key[2], members=True)
+        except Exception as exc:  # OSError, a timeout, a refused login: its members retry
+            log.debug("cannot connect to %s for %s: %s", _address(key[0]), key[1], exc)
+            code, api = int(ErrorCode.NETWORK_EXCEPTION), int(ApiKey.API_VERSIONS)
+            if isinstance(exc, LoginFailed) and exc.api:
+                code, api = exc.code, exc.api
+                self.recorder.error_row(api, code, "", "", self.wall_ms())
+                self._progress()  # refused: the server answers
+            for then in self._group_connecting.pop(key, []):
+                then(None, code, api)
+            return
+        self._progress()
+        self._group_connections[key] = connection
+        self.node_connections[key[0]] += 1
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_group_connection, key, connection)
+        for then in self._group_connecting.pop(key, []):
+            then(connection, 0, 0)
+
+    async def _run_group_connection(
+        self, key: tuple[Address, str, int], connection: Connection
+    ) -> None:
+        try:
+            await connection.run()
+        finally:
+            self.node_connections[key[0]] -= 1
+            if self.node_connections[key[0]] <= 0:
+                del self.node_connections[key[0]]
+            if self._group_connections.get(key) is connection:
+                del self._group_connections[key]
 
     def _join(self, seat: Seat[Any]) -> None:
         member: Member = seat.member
         connection = seat.connection
         if connection is None or connection.closed:
             return self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.JOIN_GROUP)
+        # Its first JoinGroup, answered at once with its member id, goes on the shared
+        # connection; with its id the coordinator holds it: on the group's.
+        held = bool(member.member_id)
         request = member.join(self.now_ms())
         if self.storm is not None:
             entry = self.storm.setdefault(member.group_id, [0, 0, 0, 0])
@@ -597,7 +688,9 @@ class Fleet:
                 return Next.NOTHING
             return outcome
 
-        self._ask_coordinator(seat, request, ApiKey.JOIN_GROUP, JoinGroupResponse, joined)
+        self._ask_coordinator(
+            seat, request, ApiKey.JOIN_GROUP, JoinGroupResponse, joined, held=held
+        )
 
     def _sync(self, seat: Seat[Member], request: SyncGroupRequest) -> None:
         member = seat.member
@@ -612,7 +705,9 @@ class Fleet:
                 self._stable(seat)
             return outcome
 
-        self._ask_coordinator(seat, request, ApiKey.SYNC_GROUP, SyncGroupResponse, synced)
+        self._ask_coordinator(
+            seat, request, ApiKey.SYNC_GROUP, SyncGroupResponse, synced, held=True
+        )
 
     def _stable(self, seat: Seat[Member]) -> None:
         member = seat.member
@@ -941,7 +1036,7 @@ class Fleet:
         now = time.perf_counter_ns()
         timeout_ns = self.config.request_timeout_ms * 1_000_000
         join_grace = self.config.rebalance_timeout_ms * 1_000_000
-        connections = list(self._connections.values())
+        connections = [*self._connections.values(), *self._group_connections.values()]
         if self._bootstrap is not None:
             connections.append(self._bootstrap)
         heard = max([self._last_progress_ns, *(c.received_at_ns for c in connections)])
@@ -964,8 +1059,10 @@ class Fleet:
 
     @property
     def connection_count(self) -> int:
-        return len(self._connections) + (
-            1 if self._bootstrap is not None and not self._bootstrap.closed else 0
+        return (
+            len(self._connections)
+            + len(self._group_connections)
+            + (1 if self._bootstrap is not None and not self._bootstrap.closed else 0)
         )
 
     def all_stable(self, seats: Iterable[Seat[Any]] | None = None) -> bool:

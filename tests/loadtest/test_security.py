@@ -105,16 +105,17 @@ def test_sasl_ssl_with_scram_sha_512_counts_each_login(tmp_path: Path, certs: Ce
     s = summary(tmp_path / "run")
     assert s["outcome"] == "completed" and s["members"]["peak_stable"] == 10
     assert s["requests"]["errors"] == 0
-    # Five connections of two members, and the bootstrap's: a login each, SCRAM's two
-    # tokens a SaslAuthenticate each, their latencies measured.
+    # Five connections of two members, one for each of the two groups' JoinGroups and
+    # SyncGroups, and the bootstrap's: a login each, SCRAM's two tokens a SaslAuthenticate
+    # each, their latencies measured.
     handshakes, tokens = s["apis"]["SaslHandshake"], s["apis"]["SaslAuthenticate"]
-    assert (handshakes["api_key"], handshakes["count"]) == (17, 6)
-    assert (tokens["api_key"], tokens["count"]) == (36, 12)
+    assert (handshakes["api_key"], handshakes["count"]) == (17, 8)
+    assert (tokens["api_key"], tokens["count"]) == (36, 16)
     assert tokens["errors"] == handshakes["errors"] == {}
     assert 0 < tokens["p50_ms"] <= tokens["p99_ms"] < 5_000
     # The members' logins count in their coordinator's share; the bootstrap's in none.
     (node,) = s["nodes"].values()
-    assert node["apis"]["SaslAuthenticate"]["count"] == 10
+    assert node["apis"]["SaslAuthenticate"]["count"] == 14
     assert "SaslAuthenticate" in result.stdout and "SaslHandshake" in result.stdout
     security = s["config"]["security"]
     assert (security["security_protocol"], security["sasl_mechanism"]) == ("sasl_ssl", SCRAM)
@@ -182,11 +183,13 @@ def test_members_log_in_as_their_users_a_connection_per_user(
     assert result.returncode == PASSED, result.stdout + result.stderr
     s = summary(tmp_path / "run")
     assert s["members"]["peak_stable"] == 20 and s["requests"]["errors"] == 0
-    # Each user's 4 members on two connections (3 and 1): 10, and the bootstrap's, user-0's.
-    assert s["apis"]["SaslHandshake"]["count"] == 11
+    # Each user's 4 members on two connections (3 and 1): 10; each of the two groups has
+    # members of every user, and a connection per user for its JoinGroups and SyncGroups:
+    # 10; and the bootstrap's, user-0's.
+    assert s["apis"]["SaslHandshake"]["count"] == 21
     logins = Counter(re.findall(r"logged in as User:(\S+) with SCRAM-SHA-512", log))
     # user-0 also for the parent's probe and the worker's bootstrap connection.
-    assert logins == {"user-0": 4, "user-1": 2, "user-2": 2, "user-3": 2, "user-4": 2}
+    assert logins == {"user-0": 6, "user-1": 4, "user-2": 4, "user-3": 4, "user-4": 4}
 
 
 def test_a_wrong_password_is_counted_and_the_run_goes_on(
@@ -351,7 +354,9 @@ def test_choices_are_librdkafkas() -> None:
 
 def fleet_connections(o: run.Options, worker: int, nodes: int) -> int:
     """The connections worker `worker`'s fleet would open: its members' shares (one per
-    node among the groups of a share's members, as connections_per_worker counts them)."""
+    node among the groups of a share's members, as connections_per_worker counts them),
+    and when they share, one per group and user for what the coordinator holds."""
+    held: set[tuple[int, int]] = set()
 
     async def shares() -> dict[int, list[int]]:
         fleet = Fleet(run.fleet_config(o, ("127.0.0.1", 9092)), Recorder(worker))
@@ -359,12 +364,15 @@ def fleet_connections(o: run.Options, worker: int, nodes: int) -> int:
             groups: defaultdict[int, list[int]] = defaultdict(list)
             for i in range(worker, o.members, o.processes):
                 seat = fleet.add("g", number=i)
-                groups[seat.share].append(i * o.groups // o.members)
+                group = i * o.groups // o.members
+                groups[seat.share].append(group)
+                held.add((group, seat.share % o.security.users))
             return groups
         finally:
             fleet._poller.close()
 
-    return sum(min(max(g) - min(g) + 1, nodes) for g in trio.run(shares).values())
+    shared = sum(min(max(g) - min(g) + 1, nodes) for g in trio.run(shares).values())
+    return shared + (len(held) if o.members_per_connection > 1 else 0)
 
 
 @pytest.mark.parametrize("sasl_users", [1, 2, 5])
