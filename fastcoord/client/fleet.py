@@ -37,11 +37,14 @@ for its member id (MEMBER_ID_REQUIRED), for the heartbeat answer that tells it t
 or for its own JoinGroup or SyncGroup answer. Its group waits for it in turn, and two
 groups doing so across two connections wait for each other until their members' sessions
 expire; a join storm of 100,000 members stalled so for the session timeout, again and
-again. So the requests the coordinator holds, a member's JoinGroup with its id and its
-SyncGroup, go on a connection of the member's group alone (per node and SASL user, opened
-when first needed), where only its own group's answers can be before them, and they all
-come when its rebalance does. Everything else, the first JoinGroup included, goes on the
-shared connection, where nothing waits. One member per connection has nothing to share.
+again. Within one group the same holds: a SyncGroup answer (REBALANCE_IN_PROGRESS) behind
+the JoinGroup of the next generation, which waits for that member. So the requests the
+coordinator holds go on connections of the member's group alone (per node and SASL user,
+opened when first needed), one for its JoinGroups with a member id and one for its
+SyncGroups. The held requests on each are answered together, when the group's join (or
+sync) completes, so nothing behind one waits for anything but that. Everything else, the
+first JoinGroup included, goes on the shared connection, where nothing is held. One member
+per connection has nothing to share.
 
 With SASL, a connection logs in as one user, so members that log in as different users
 cannot share one. Member number i logs in as user i % users (login.ClientSecurity), and
@@ -132,6 +135,8 @@ Address = tuple[str, int]  # a broker's (host, port)
 # Sends a request on a group's connection once open: (connection or None, and if None the
 # error code and the API that met it).
 GroupSend = Callable[["Connection | None", int, int], None]
+# A group's connection: (node, group, SASL user, the API it carries: JoinGroup or SyncGroup).
+GroupKey = tuple[Address, str, int, int]
 
 
 class Recorder(Protocol):
@@ -269,8 +274,8 @@ class Fleet:
         self._connecting: dict[tuple[Address, int], list[Seat[Any]]] = {}
         # (node, group, user) -> the group's connection for the requests the coordinator
         # holds (see the module's doc), and what waits for one being opened.
-        self._group_connections: dict[tuple[Address, str, int], Connection] = {}
-        self._group_connecting: dict[tuple[Address, str, int], list[GroupSend]] = {}
+        self._group_connections: dict[GroupKey, Connection] = {}
+        self._group_connecting: dict[GroupKey, list[GroupSend]] = {}
         # The members' connections open to each node (the bootstrap's not among them).
         self.node_connections: Counter[Address] = Counter()
         self._timers: dict[int, list[tuple[Seat[Any], int]]] = defaultdict(list)  # retries
@@ -603,16 +608,16 @@ class Fleet:
                 self._retry(seat, code, failed_api)
 
         if held and self.config.members_per_connection > 1:
-            self._group_connection(seat, send)
+            self._group_connection(seat, api, send)
         else:
             send(seat.connection, ErrorCode.NETWORK_EXCEPTION, api)
 
-    def _group_connection(self, seat: Seat[Any], then: GroupSend) -> None:
+    def _group_connection(self, seat: Seat[Any], api: int, then: GroupSend) -> None:
         """`then` with the connection of the seat's group to its coordinator (for the
         requests the coordinator holds, see the module's doc), opened if need be; with
         None, and why (an error code and the API that met it), if it cannot be."""
         assert seat.coordinator is not None
-        key = (seat.coordinator, seat.member.group_id, seat.share % self._users)
+        key = (seat.coordinator, seat.member.group_id, seat.share % self._users, api)
         connection = self._group_connections.get(key)
         if connection is not None and not connection.closed:
             return then(connection, 0, 0)
@@ -624,7 +629,7 @@ class Fleet:
         assert self._nursery is not None
         self._nursery.start_soon(self._open_group_connection, key)
 
-    async def _open_group_connection(self, key: tuple[Address, str, int]) -> None:
+    async def _open_group_connection(self, key: GroupKey) -> None:
         try:
             async with self._opening:
                 connection = await self._open(key[0], user=key[2], members=True)
@@ -646,9 +651,7 @@ class Fleet:
         for then in self._group_connecting.pop(key, []):
             then(connection, 0, 0)
 
-    async def _run_group_connection(
-        self, key: tuple[Address, str, int], connection: Connection
-    ) -> None:
+    async def _run_group_connection(self, key: GroupKey, connection: Connection) -> None:
         try:
             await connection.run()
         finally:

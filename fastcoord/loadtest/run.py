@@ -124,8 +124,9 @@ def connections_per_worker(o: Options, nodes: int = 1) -> list[int]:
     """The most connections each worker opens to coordinators: one per members_per_connection
     of its members (in the order it adds them; with several SASL users, of each user's),
     and against `nodes` nodes one per node among the groups of those members, which may
-    each have another coordinator. Members that share connections have one more per group
-    and SASL user among them, for the requests their coordinator holds (client/fleet.py)."""
+    each have another coordinator. Members that share connections have two more per group
+    and SASL user among them, for the JoinGroups and the SyncGroups their coordinator holds
+    (client/fleet.py)."""
     counts = [
         shared + held
         for shared, held in zip(_shared_connections(o, nodes), _group_connections(o), strict=True)
@@ -134,7 +135,7 @@ def connections_per_worker(o: Options, nodes: int = 1) -> list[int]:
 
 
 def _group_connections(o: Options) -> list[int]:
-    """Each worker's groups' connections: one per group and SASL user of its members."""
+    """Each worker's groups' connections: two per group and SASL user of its members."""
     if o.members_per_connection == 1:
         return [0] * o.processes
     users = o.security.users
@@ -142,7 +143,7 @@ def _group_connections(o: Options) -> list[int]:
     for n in range(o.processes):
         indexes = np.arange(n, o.members, o.processes, dtype=np.int64)
         groups = indexes * o.groups // max(o.members, 1)
-        counts.append(len(np.unique(groups * users + indexes % users)))
+        counts.append(2 * len(np.unique(groups * users + indexes % users)))
     return counts
 
 
@@ -196,7 +197,7 @@ def check_file_limit(o: Options, nodes: int = 1) -> None:
     if per_worker <= allowed:
         return
     processes = math.ceil(sum(counts) / (allowed - 1))
-    # Sharing leaves each worker a connection per group and user of its members.
+    # Sharing leaves each worker two connections per group and user of its members.
     groups = max(_group_connections(dataclasses.replace(o, members_per_connection=2)))
     sharing = math.ceil(math.ceil(o.members / o.processes) / max(1, allowed - 1 - groups))
     cluster = f" (to their groups' coordinators among {nodes} nodes)" if nodes > 1 else ""

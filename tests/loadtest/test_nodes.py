@@ -246,32 +246,33 @@ def options(members: int, groups: int, sharing: int, processes: int) -> run.Opti
 
 
 def test_a_shared_connection_counts_once_per_node_among_its_groups() -> None:
-    # Members that share connections have one more per group they are in, for what the
-    # coordinator holds (30 groups here, 10 with the last example), beside the shared ones.
+    # Members that share connections have two more per group they are in, for the
+    # JoinGroups and the SyncGroups the coordinator holds (30 groups here, 10 in the last
+    # example), beside the shared ones.
     # A connection a group (10 members in groups of 10): one node each, whatever the cluster.
-    assert run.connections_per_worker(options(300, 30, 10, 1), 3) == [30 + 30]
+    assert run.connections_per_worker(options(300, 30, 10, 1), 3) == [30 + 60]
     # 15 a connection: each spans two groups, so two connections against a cluster.
-    assert run.connections_per_worker(options(300, 30, 15, 1), 1) == [20 + 30]
-    assert run.connections_per_worker(options(300, 30, 15, 1), 3) == [40 + 30]
+    assert run.connections_per_worker(options(300, 30, 15, 1), 1) == [20 + 60]
+    assert run.connections_per_worker(options(300, 30, 15, 1), 3) == [40 + 60]
     # A connection per member: the cluster changes nothing, and nothing is shared.
     assert run.connections_per_worker(options(40_000, 4_000, 1, 3), 3) == [13_334, 13_333, 13_333]
     # Three workers deal members out in turn: a worker's 10 consecutive members span three
     # groups, at most the cluster's three nodes; each worker has members of every group.
-    assert run.connections_per_worker(options(300, 30, 10, 3), 3) == [30 + 30] * 3
-    assert run.connections_per_worker(options(300, 30, 10, 3), 2) == [20 + 30] * 3
+    assert run.connections_per_worker(options(300, 30, 10, 3), 3) == [30 + 60] * 3
+    assert run.connections_per_worker(options(300, 30, 10, 3), 2) == [20 + 60] * 3
     # Ten groups of a member each on two connections: a connection to each node, at most.
-    assert run.connections_per_worker(options(10, 10, 5, 1), 3) == [6 + 10]
+    assert run.connections_per_worker(options(10, 10, 5, 1), 3) == [6 + 20]
 
 
 def test_the_file_check_refuses_what_only_a_cluster_would_need(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 1024))
-    # 667 shared connections and 200 groups' alone, 800 and 200 over three nodes.
-    o = options(10_000, 200, 15, 1)
+    # 667 shared connections and the 120 groups' two each alone; over three nodes, 773 and 240.
+    o = options(10_000, 120, 15, 1)
     run.check_file_limit(o)
     with pytest.raises(
-        run.CannotStart, match=r"need 1001 connections \(to their groups'"
+        run.CannotStart, match=r"need 1014 connections \(to their groups'"
     ) as caught:
         run.check_file_limit(o, 3)
     assert "use --processes 2" in str(caught.value)

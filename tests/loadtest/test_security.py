@@ -22,6 +22,7 @@ from fastcoord.client.fleet import Fleet
 from fastcoord.client.login import ClientSecurity
 from fastcoord.loadtest import run
 from fastcoord.loadtest.stats import Recorder
+from fastcoord.protocol.api_keys import ApiKey
 from fastcoord.testing import Certificates, ServerProcess, certificates, fastcoord_server
 from tests.interop.test_loadtest import FAST, SERVER_ARGS, loadtest, summary, table
 
@@ -106,16 +107,16 @@ def test_sasl_ssl_with_scram_sha_512_counts_each_login(tmp_path: Path, certs: Ce
     assert s["outcome"] == "completed" and s["members"]["peak_stable"] == 10
     assert s["requests"]["errors"] == 0
     # Five connections of two members, one for each of the two groups' JoinGroups and
-    # SyncGroups, and the bootstrap's: a login each, SCRAM's two tokens a SaslAuthenticate
-    # each, their latencies measured.
+    # one for their SyncGroups, and the bootstrap's: a login each, SCRAM's two tokens a
+    # SaslAuthenticate each, their latencies measured.
     handshakes, tokens = s["apis"]["SaslHandshake"], s["apis"]["SaslAuthenticate"]
-    assert (handshakes["api_key"], handshakes["count"]) == (17, 8)
-    assert (tokens["api_key"], tokens["count"]) == (36, 16)
+    assert (handshakes["api_key"], handshakes["count"]) == (17, 10)
+    assert (tokens["api_key"], tokens["count"]) == (36, 20)
     assert tokens["errors"] == handshakes["errors"] == {}
     assert 0 < tokens["p50_ms"] <= tokens["p99_ms"] < 5_000
     # The members' logins count in their coordinator's share; the bootstrap's in none.
     (node,) = s["nodes"].values()
-    assert node["apis"]["SaslAuthenticate"]["count"] == 14
+    assert node["apis"]["SaslAuthenticate"]["count"] == 18
     assert "SaslAuthenticate" in result.stdout and "SaslHandshake" in result.stdout
     security = s["config"]["security"]
     assert (security["security_protocol"], security["sasl_mechanism"]) == ("sasl_ssl", SCRAM)
@@ -184,12 +185,12 @@ def test_members_log_in_as_their_users_a_connection_per_user(
     s = summary(tmp_path / "run")
     assert s["members"]["peak_stable"] == 20 and s["requests"]["errors"] == 0
     # Each user's 4 members on two connections (3 and 1): 10; each of the two groups has
-    # members of every user, and a connection per user for its JoinGroups and SyncGroups:
-    # 10; and the bootstrap's, user-0's.
-    assert s["apis"]["SaslHandshake"]["count"] == 21
+    # members of every user, and two connections per user, for its JoinGroups and its
+    # SyncGroups: 20; and the bootstrap's, user-0's.
+    assert s["apis"]["SaslHandshake"]["count"] == 31
     logins = Counter(re.findall(r"logged in as User:(\S+) with SCRAM-SHA-512", log))
     # user-0 also for the parent's probe and the worker's bootstrap connection.
-    assert logins == {"user-0": 6, "user-1": 4, "user-2": 4, "user-3": 4, "user-4": 4}
+    assert logins == {"user-0": 8, "user-1": 6, "user-2": 6, "user-3": 6, "user-4": 6}
 
 
 def test_a_wrong_password_is_counted_and_the_run_goes_on(
@@ -352,11 +353,15 @@ def test_choices_are_librdkafkas() -> None:
 # -- the open-file check --------------------------------------------------------------------
 
 
+HELD = (ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP)  # what a group's own connections carry
+
+
 def fleet_connections(o: run.Options, worker: int, nodes: int) -> int:
     """The connections worker `worker`'s fleet would open: its members' shares (one per
     node among the groups of a share's members, as connections_per_worker counts them),
-    and when they share, one per group and user for what the coordinator holds."""
-    held: set[tuple[int, int]] = set()
+    and when they share, two per group and user for what the coordinator holds (its
+    JoinGroups and its SyncGroups)."""
+    held: set[tuple[int, int, int]] = set()
 
     async def shares() -> dict[int, list[int]]:
         fleet = Fleet(run.fleet_config(o, ("127.0.0.1", 9092)), Recorder(worker))
@@ -366,7 +371,7 @@ def fleet_connections(o: run.Options, worker: int, nodes: int) -> int:
                 seat = fleet.add("g", number=i)
                 group = i * o.groups // o.members
                 groups[seat.share].append(group)
-                held.add((group, seat.share % o.security.users))
+                held.update((group, seat.share % o.security.users, api) for api in HELD)
             return groups
         finally:
             fleet._poller.close()
