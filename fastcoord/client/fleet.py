@@ -272,8 +272,8 @@ class Fleet:
         self.holding: list[Seat[Any]] | None = None
         self._connections: dict[tuple[Address, int], Connection] = {}
         self._connecting: dict[tuple[Address, int], list[Seat[Any]]] = {}
-        # (node, group, user) -> the group's connection for the requests the coordinator
-        # holds (see the module's doc), and what waits for one being opened.
+        # A group's connections for the requests the coordinator holds (see the module's
+        # doc), by GroupKey, and what waits for one being opened.
         self._group_connections: dict[GroupKey, Connection] = {}
         self._group_connecting: dict[GroupKey, list[GroupSend]] = {}
         # The members' connections open to each node (the bootstrap's not among them).
@@ -582,8 +582,8 @@ class Fleet:
         longer exists. A lost connection, like an answer from a coordinator that moved or
         is away (the member says RETRY), sends the member to find its coordinator again and
         ask after the backoff; `lost` first tells it its request will go unanswered. A
-        request the coordinator may hold (`held`) goes on the member's group's connection
-        when members share connections."""
+        request the coordinator may hold (`held`) goes on its group's connection for that
+        API when members share connections."""
         member = seat.member
         epoch = member.epoch
 
