@@ -506,25 +506,13 @@ class Fleet:
         try:
             async with self._opening:
                 connection = await self._open(key[0], lane=True, user=key[1] % self._users)
-        except LoginFailed as exc:
-            if not exc.api:  # TLS failed, or the client gave up: as a connect that failed
-                self._cannot_open(key, exc)
-                return
-            # Refused, and counted as the answer that said so: the server answers, so the
-            # members go on trying, after their backoff, as after any refusal.
-            log.debug("cannot log in to %s: %s", _address(key[0]), exc)
-            # Its row names no group: the login was the connection's, whoever waited on it.
-            self.recorder.error_row(exc.api, exc.code, "", "", self.wall_ms())
-            self._progress()
+        except Exception as exc:  # OSError, a timeout, a bad answer, a refusal: they retry
+            code, api = self._not_opened(key[0], exc)
             for seat in self._connecting.pop(key, []):
-                self._retry(seat, exc.code, exc.api)
-            return
-        except Exception as exc:  # OSError, a timeout, a bad answer: the seats retry
-            self._cannot_open(key, exc)
+                self._retry(seat, code, api)
             return
         self._progress()
         self._connections[key] = connection
-        self.node_connections[key[0]] += 1
         flushes = self._flushes[self._opened % len(self._flushes)]
         self._opened += 1
         flushes.append(connection)
@@ -536,18 +524,33 @@ class Fleet:
                 seat.connection = connection
                 self._connected(seat)
 
-    def _cannot_open(self, key: tuple[Address, int], exc: Exception) -> None:
-        log.debug("cannot connect to %s: %s", _address(key[0]), exc)
-        for seat in self._connecting.pop(key, []):
-            self._retry(seat, ErrorCode.NETWORK_EXCEPTION, ApiKey.API_VERSIONS)
+    def _not_opened(self, address: Address, exc: Exception) -> tuple[int, int]:
+        """A members' connection to `address` could not be opened: the error code its
+        members retry after, and the API that met it. A refused login is counted as the
+        answer that said so (the server answers, so its members go on trying after their
+        backoff, as after any refusal); anything else (a connect or TLS that failed, a
+        timeout, the client giving up) as a connection that failed."""
+        if isinstance(exc, LoginFailed) and exc.api:
+            log.debug("cannot log in to %s: %s", _address(address), exc)
+            # Its row names no group: the login was the connection's, whoever waited on it.
+            self.recorder.error_row(exc.api, exc.code, "", "", self.wall_ms())
+            self._progress()
+            return exc.code, exc.api
+        log.debug("cannot connect to %s: %s", _address(address), exc)
+        return ErrorCode.NETWORK_EXCEPTION, ApiKey.API_VERSIONS
 
-    async def _run_connection(self, key: tuple[Address, int], connection: Connection) -> None:
+    async def _run_counted(self, node: Address, connection: Connection) -> None:
+        """Run a members' connection to `node`, counted in node_connections while open."""
+        self.node_connections[node] += 1
         try:
             await connection.run()
         finally:
-            self.node_connections[key[0]] -= 1
-            if self.node_connections[key[0]] <= 0:
-                del self.node_connections[key[0]]
+            self.node_connections[node] -= 1
+            if self.node_connections[node] <= 0:
+                del self.node_connections[node]
+
+    async def _run_connection(self, key: tuple[Address, int], connection: Connection) -> None:
+        await self._run_counted(key[0], connection)
         if self._connections.get(key) is connection:
             del self._connections[key]
         for flushes in self._flushes:
@@ -634,32 +637,21 @@ class Fleet:
             async with self._opening:
                 connection = await self._open(key[0], user=key[2], members=True)
         except Exception as exc:  # OSError, a timeout, a refused login: its members retry
-            log.debug("cannot connect to %s for %s: %s", _address(key[0]), key[1], exc)
-            code, api = int(ErrorCode.NETWORK_EXCEPTION), int(ApiKey.API_VERSIONS)
-            if isinstance(exc, LoginFailed) and exc.api:
-                code, api = exc.code, exc.api
-                self.recorder.error_row(api, code, "", "", self.wall_ms())
-                self._progress()  # refused: the server answers
+            code, api = self._not_opened(key[0], exc)
             for then in self._group_connecting.pop(key, []):
                 then(None, code, api)
             return
         self._progress()
         self._group_connections[key] = connection
-        self.node_connections[key[0]] += 1
         assert self._nursery is not None
         self._nursery.start_soon(self._run_group_connection, key, connection)
         for then in self._group_connecting.pop(key, []):
             then(connection, 0, 0)
 
     async def _run_group_connection(self, key: GroupKey, connection: Connection) -> None:
-        try:
-            await connection.run()
-        finally:
-            self.node_connections[key[0]] -= 1
-            if self.node_connections[key[0]] <= 0:
-                del self.node_connections[key[0]]
-            if self._group_connections.get(key) is connection:
-                del self._group_connections[key]
+        await self._run_counted(key[0], connection)
+        if self._group_connections.get(key) is connection:
+            del self._group_connections[key]
 
     def _join(self, seat: Seat[Any]) -> None:
         member: Member = seat.member
