@@ -118,16 +118,33 @@ def test_steady_consumer_protocol_members_join_share_out_the_partitions_and_comm
     assert not {"JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup"} & s["apis"].keys()
     assert s["unexpected_expirations"] == 0
     assert s["commits"]["count"] > 0 and s["commits"]["offsets"] > 0
-    # On failure, which code and when: the errors table has a row per commit error or signal
-    # (and exists only when there was one).
-    assert s["commits"]["errors"] == s["commits"]["signals"] == 0, [
-        r for r in table(out, "errors") if r["api"] == "OffsetCommit"
+    rows = table(out, "rebalances")
+    # A commit sent at the member's epoch while its heartbeat moves it to a new one (as
+    # members join, and as they leave at the end) meets STALE_MEMBER_EPOCH, as Java's does,
+    # and is sent again: a signal, and only ever one whose member heard of its new epoch
+    # first (the heartbeat went ahead of the commit on the connection). Nothing else: the
+    # coordinator moves a member's epoch only when that member heartbeats.
+    stale = ErrorCode.STALE_MEMBER_EPOCH.name
+    commit_rows = table(out, "errors") if s["commits"]["signals"] or s["commits"]["errors"] else []
+    unexplained = [
+        r
+        for r in commit_rows
+        if r["api"] == "OffsetCommit"
+        and not (
+            r["error"] == stale
+            and r["signal"]
+            and any(
+                b["member"] == r["member"] and 0 <= (r["time"] - b["time"]).total_seconds() <= 5
+                for b in rows
+            )
+        )
     ]
-    assert s["apis"]["OffsetCommit"]["errors"] == s["apis"]["OffsetCommit"]["signals"] == {}
+    assert s["commits"]["errors"] == 0 and not unexplained, (unexplained, s["commits"])
+    assert s["apis"]["OffsetCommit"]["errors"] == {}
+    assert set(s["apis"]["OffsetCommit"]["signals"]) <= {stale}
     assert s["requests"]["errors"] == 0, s["apis"]
 
     # Each member's first rebalance row is its join, at the epoch the coordinator gave it.
-    rows = table(out, "rebalances")
     joins = [r for r in rows if r["reason"] == "join"]
     assert len({r["member"] for r in joins}) == MEMBERS
     assert Counter(r["group"] for r in joins) == dict.fromkeys(GROUPS, MEMBERS // len(GROUPS))
