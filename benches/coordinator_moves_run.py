@@ -150,7 +150,7 @@ def run(
         m[2]: at(m[1])
         for m in re.finditer(STAMP + r" WARNING fastcoord\.events: group (\S+): fault #\d+", logs)
     }
-    loaded = {}
+    loaded: dict[str, tuple[float, str]] = {}
     for m in re.finditer(STAMP + r" INFO fastcoord\.events: group (\S+): loaded (\w+)", logs):
         if m[2] in moved and at(m[1]) >= moved[m[2]]:
             loaded.setdefault(m[2], (at(m[1]) - moved[m[2]], m[3]))
@@ -173,6 +173,14 @@ def run(
             f"p99 {heartbeat.get('p99_ms')} ms p99.9 {heartbeat.get('p99_9_ms')} ms, "
             f"errors {heartbeat['errors']}"
         )
+    # Each member of a moved group hears it from the old node on whichever of its requests
+    # comes first: a heartbeat, a commit or an offset fetch.
+    told = {
+        api: a["errors"]["NOT_COORDINATOR"]
+        for api, a in steady.items()
+        if "NOT_COORDINATOR" in a["errors"]
+    }
+    print(f"  steady phase NOT_COORDINATOR answers: {sum(told.values())} {told}")
 
 
 if __name__ == "__main__":
