@@ -132,11 +132,25 @@ OFFSET_COMMIT = ApiKey.OFFSET_COMMIT
 
 
 Address = tuple[str, int]  # a broker's (host, port)
-# Sends a request on a group's connection once open: (connection or None, and if None the
+# What waits for a pooled connection: called with it once open, or with None and why (the
 # error code and the API that met it).
-GroupSend = Callable[["Connection | None", int, int], None]
-# A group's connection: (node, group, SASL user, the API it carries: JoinGroup or SyncGroup).
-GroupKey = tuple[Address, str, int, int]
+Opened = Callable[["Connection | None", int, int], None]
+# A shared connection: (node, SASL user, share); the members of a share hold its slots.
+SharedKey = tuple[Address, int, int]
+# A group's connection: (node, SASL user, group, the API it carries: JoinGroup or SyncGroup).
+GroupKey = tuple[Address, int, str, int]
+K = TypeVar("K", SharedKey, GroupKey)
+
+
+@dataclass
+class Pool(Generic[K]):
+    """Members' connections by key (node, SASL user, ...), each opened once: whoever
+    asks for one while it opens waits for it. `lane` connections carry member slots and
+    are flushed on the fleet's ticks."""
+
+    lane: bool
+    open: dict[K, Connection] = field(default_factory=dict)
+    waiting: dict[K, list[Opened]] = field(default_factory=dict)
 
 
 class Recorder(Protocol):
@@ -270,12 +284,10 @@ class Fleet:
         # When a list, members that have found their coordinator and connected wait here
         # instead of joining: a join storm releases them all at once.
         self.holding: list[Seat[Any]] | None = None
-        self._connections: dict[tuple[Address, int], Connection] = {}
-        self._connecting: dict[tuple[Address, int], list[Seat[Any]]] = {}
+        self._connections: Pool[SharedKey] = Pool(lane=True)
         # A group's connections for the requests the coordinator holds (see the module's
-        # doc), by GroupKey, and what waits for one being opened.
-        self._group_connections: dict[GroupKey, Connection] = {}
-        self._group_connecting: dict[GroupKey, list[GroupSend]] = {}
+        # doc).
+        self._group_connections: Pool[GroupKey] = Pool(lane=False)
         # The members' connections open to each node (the bootstrap's not among them).
         self.node_connections: Counter[Address] = Counter()
         self._timers: dict[int, list[tuple[Seat[Any], int]]] = defaultdict(list)  # retries
@@ -489,40 +501,51 @@ class Fleet:
 
     def _connect(self, seat: Seat[Any]) -> None:
         assert seat.coordinator is not None
-        key = (seat.coordinator, seat.share)
-        connection = self._connections.get(key)
-        if connection is not None and not connection.closed:
-            seat.connection = connection
-            return self._connected(seat)
-        waiting = self._connecting.get(key)
-        if waiting is not None:
-            waiting.append(seat)
-            return
-        self._connecting[key] = [seat]
-        assert self._nursery is not None
-        self._nursery.start_soon(self._open_for, key)
 
-    async def _open_for(self, key: tuple[Address, int]) -> None:
+        def opened(connection: Connection | None, code: int, api: int) -> None:
+            if seat.down:
+                return
+            if connection is None:
+                return self._retry(seat, code, api)
+            seat.connection = connection
+            self._connected(seat)
+
+        key = (seat.coordinator, seat.share % self._users, seat.share)
+        self._pooled(self._connections, key, opened)
+
+    def _pooled(self, pool: Pool[K], key: K, then: Opened) -> None:
+        """`then` with the pool's connection for `key`, opened if need be (see Opened)."""
+        connection = pool.open.get(key)
+        if connection is not None and not connection.closed:
+            return then(connection, 0, 0)
+        waiting = pool.waiting.get(key)
+        if waiting is not None:
+            waiting.append(then)
+            return
+        pool.waiting[key] = [then]
+        assert self._nursery is not None
+        self._nursery.start_soon(self._open_pooled, pool, key)
+
+    async def _open_pooled(self, pool: Pool[K], key: K) -> None:
+        node: Address = key[0]
+        user: int = key[1]
         try:
             async with self._opening:
-                connection = await self._open(key[0], lane=True, user=key[1] % self._users)
+                connection = await self._open(node, lane=pool.lane, user=user, members=True)
         except Exception as exc:  # OSError, a timeout, a bad answer, a refusal: they retry
-            code, api = self._not_opened(key[0], exc)
-            for seat in self._connecting.pop(key, []):
-                self._retry(seat, code, api)
+            code, api = self._not_opened(node, exc)
+            for then in pool.waiting.pop(key, []):
+                then(None, code, api)
             return
         self._progress()
-        self._connections[key] = connection
-        flushes = self._flushes[self._opened % len(self._flushes)]
-        self._opened += 1
-        flushes.append(connection)
-        seats = self._connecting.pop(key, [])
+        pool.open[key] = connection
+        if pool.lane:
+            self._flushes[self._opened % len(self._flushes)].append(connection)
+            self._opened += 1
         assert self._nursery is not None
-        self._nursery.start_soon(self._run_connection, key, connection)
-        for seat in seats:
-            if not seat.down:
-                seat.connection = connection
-                self._connected(seat)
+        self._nursery.start_soon(self._run_pooled, pool, key, connection)
+        for then in pool.waiting.pop(key, []):
+            then(connection, 0, 0)
 
     def _not_opened(self, address: Address, exc: Exception) -> tuple[int, int]:
         """A members' connection to `address` could not be opened: the error code its
@@ -539,8 +562,9 @@ class Fleet:
         log.debug("cannot connect to %s: %s", _address(address), exc)
         return ErrorCode.NETWORK_EXCEPTION, ApiKey.API_VERSIONS
 
-    async def _run_counted(self, node: Address, connection: Connection) -> None:
-        """Run a members' connection to `node`, counted in node_connections while open."""
+    async def _run_pooled(self, pool: Pool[K], key: K, connection: Connection) -> None:
+        """Run a members' connection, counted in node_connections while open."""
+        node: Address = key[0]
         self.node_connections[node] += 1
         try:
             await connection.run()
@@ -548,14 +572,12 @@ class Fleet:
             self.node_connections[node] -= 1
             if self.node_connections[node] <= 0:
                 del self.node_connections[node]
-
-    async def _run_connection(self, key: tuple[Address, int], connection: Connection) -> None:
-        await self._run_counted(key[0], connection)
-        if self._connections.get(key) is connection:
-            del self._connections[key]
-        for flushes in self._flushes:
-            if connection in flushes:
-                flushes.remove(connection)
+        if pool.open.get(key) is connection:
+            del pool.open[key]
+        if pool.lane:
+            for flushes in self._flushes:
+                if connection in flushes:
+                    flushes.remove(connection)
 
     def _connected(self, seat: Seat[Any]) -> None:
         if seat.finding:
@@ -611,47 +633,11 @@ class Fleet:
                 self._retry(seat, code, failed_api)
 
         if held and self.config.members_per_connection > 1:
-            self._group_connection(seat, api, send)
+            assert seat.coordinator is not None
+            key = (seat.coordinator, seat.share % self._users, member.group_id, api)
+            self._pooled(self._group_connections, key, send)
         else:
             send(seat.connection, ErrorCode.NETWORK_EXCEPTION, api)
-
-    def _group_connection(self, seat: Seat[Any], api: int, then: GroupSend) -> None:
-        """`then` with the connection of the seat's group to its coordinator (for the
-        requests the coordinator holds, see the module's doc), opened if need be; with
-        None, and why (an error code and the API that met it), if it cannot be."""
-        assert seat.coordinator is not None
-        key = (seat.coordinator, seat.member.group_id, seat.share % self._users, api)
-        connection = self._group_connections.get(key)
-        if connection is not None and not connection.closed:
-            return then(connection, 0, 0)
-        waiting = self._group_connecting.get(key)
-        if waiting is not None:
-            waiting.append(then)
-            return
-        self._group_connecting[key] = [then]
-        assert self._nursery is not None
-        self._nursery.start_soon(self._open_group_connection, key)
-
-    async def _open_group_connection(self, key: GroupKey) -> None:
-        try:
-            async with self._opening:
-                connection = await self._open(key[0], user=key[2], members=True)
-        except Exception as exc:  # OSError, a timeout, a refused login: its members retry
-            code, api = self._not_opened(key[0], exc)
-            for then in self._group_connecting.pop(key, []):
-                then(None, code, api)
-            return
-        self._progress()
-        self._group_connections[key] = connection
-        assert self._nursery is not None
-        self._nursery.start_soon(self._run_group_connection, key, connection)
-        for then in self._group_connecting.pop(key, []):
-            then(connection, 0, 0)
-
-    async def _run_group_connection(self, key: GroupKey, connection: Connection) -> None:
-        await self._run_counted(key[0], connection)
-        if self._group_connections.get(key) is connection:
-            del self._group_connections[key]
 
     def _join(self, seat: Seat[Any]) -> None:
         member: Member = seat.member
@@ -1031,7 +1017,7 @@ class Fleet:
         now = time.perf_counter_ns()
         timeout_ns = self.config.request_timeout_ms * 1_000_000
         join_grace = self.config.rebalance_timeout_ms * 1_000_000
-        connections = [*self._connections.values(), *self._group_connections.values()]
+        connections = [*self._connections.open.values(), *self._group_connections.open.values()]
         if self._bootstrap is not None:
             connections.append(self._bootstrap)
         heard = max([self._last_progress_ns, *(c.received_at_ns for c in connections)])
@@ -1055,8 +1041,8 @@ class Fleet:
     @property
     def connection_count(self) -> int:
         return (
-            len(self._connections)
-            + len(self._group_connections)
+            len(self._connections.open)
+            + len(self._group_connections.open)
             + (1 if self._bootstrap is not None and not self._bootstrap.closed else 0)
         )
 
