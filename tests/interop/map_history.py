@@ -142,6 +142,22 @@ class Prober:
             connection.close()
         return self.answers
 
+    def wait_served(self, owners: dict[str, int], timeout_s: float) -> None:
+        """Until each group has been served by the node `owners` names, asked after this
+        call: the last moves are in the answers before the prober stops."""
+        since = time.time()
+        pending = dict(owners)
+        deadline = time.monotonic() + timeout_s
+        seen = 0
+        while pending:
+            assert time.monotonic() < deadline, f"not served by their owners: {pending}"
+            time.sleep(PROBE_EVERY_S)
+            answers = self.answers[seen:]  # appended by the prober's thread alone
+            seen += len(answers)
+            for a in answers:
+                if a.sent >= since and a.error == 0 and pending.get(a.group) == a.node:
+                    del pending[a.group]
+
     def _run(self) -> None:
         while not self._stop.wait(PROBE_EVERY_S):
             for node, address in self.addresses().items():
