@@ -239,11 +239,9 @@ def test_a_fault_goes_to_every_node_and_sends_members_back_to_find_their_coordin
         assert AdminClient(node.admin).faults() == []  # the run deleted what it added
     # Each member told NOT_COORDINATOR went back to FindCoordinator, then heartbeat at its
     # group's coordinator (the same node: nothing moved) in the generation it had, as Java's
-    # consumer does: no rejoin, so no rebalance.
-    # No member rejoined for the fault: none of its rebalances names NOT_COORDINATOR, and no
-    # JoinGroup came once the fault was in force and every member had been stable. (A busy
-    # machine can start the run slowly: joins still under way when the fault comes, the
-    # members' first, are none of its doing.)
+    # consumer does. So no rebalance names NOT_COORDINATOR, and no JoinGroup came once the
+    # fault was in force and every member had been stable (a busy machine can start the run
+    # slowly: the members' first joins, still under way when the fault comes, are not its).
     apis = s["apis"]
     rebalances = table(tmp_path / "run", "rebalances")
     why = Counter((r["reason"], r["generation"]) for r in rebalances if r["reason"] != "join")
